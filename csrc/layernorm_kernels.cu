@@ -345,13 +345,14 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
     const int weight_vecs = has_weight ? split.body_vecs : 0;
     const int weight_edges = has_weight ? num_edges : 0;
     const cuda::GranuleCursor<T> w_body(ptr.weight + split.head);
+    const T* weight_end = ptr.weight + p.width;
     cuda::with_granule_offset(w_body.byte_offset, [&](auto offset) {
 #pragma unroll
       for (int k = 0; k < kVecsPerThread; ++k) {
         const int i = body_index(k);
-        w[k] = i < weight_vecs
-                   ? w_body.template load<LoadPath::kReadOnly>(i, offset)
-                   : zero_vec16<T>();
+        w[k] = i < weight_vecs ? w_body.template load_bounded<LoadPath::kReadOnly>(
+                                     i, offset, weight_end)
+                               : zero_vec16<T>();
       }
     });
 #pragma unroll
@@ -749,11 +750,16 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   if (row_vecs <= 128)
     return launch_warp_rows<T, 32, 4, kVariant>(args, stream);
   // Block per row: the fewest vectors per thread that fit in 128 threads,
-  // then up to 512 threads of 8 vectors.
+  // then up to 512 threads of 8 vectors. The fused add (three row-sized
+  // register arrays) measured 1-15% faster on H200 with 4 vectors over up to
+  // 640 threads instead of 8 (benchmarks/NOTES.md, v2); plain rms_norm
+  // measured slower that way, so it keeps 8.
   if (row_vecs <= 256)
     return launch_block_row<T, 2, 128, kVariant>(args, row_vecs, stream);
   if (row_vecs <= 512)
     return launch_block_row<T, 4, 128, kVariant>(args, row_vecs, stream);
+  if (kVariant == Variant::kFusedAdd && row_vecs <= 4 * 640)
+    return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
   if (row_vecs <= 8 * 512) {
     return launch_block_row<T, 8, 512, kVariant>(args, row_vecs, stream);
   }
@@ -787,23 +793,15 @@ void launch_rms_norm_cuda(const vllm_myops::RmsNormParams& p,
               static_cast<int>(p.dtype));
 }
 
-namespace {
-
-// Makes input's device current. A tensor on another device type is left to
-// the argument checks, which report it by name.
-void guard_device_of(at::cuda::OptionalCUDAGuard& guard,
-                     const at::Tensor& input) {
-  if (input.defined() && input.is_cuda()) guard.set_device(input.device());
-}
-
-}  // namespace
-
+// Arguments are checked before any device guard exists: a check that throws
+// then unwinds through no guard (unwinding through an active guard crashed
+// the process on the H200 test run, see benchmarks/NOTES.md). The guard makes
+// input's device current for the launch and for finish()'s copy-backs.
 void rms_norm_cuda(at::Tensor& result, const at::Tensor& input,
                    const std::optional<at::Tensor>& weight, double epsilon) {
-  at::cuda::OptionalCUDAGuard device_guard;
-  guard_device_of(device_guard, input);
   auto prepared = vllm_myops::prepare_rms_norm(result, input, weight, epsilon,
                                                c10::DeviceType::CUDA);
+  const at::cuda::CUDAGuard device_guard(input.device());
   if (!prepared.empty()) {
     launch_rms_norm_cuda(prepared.params, at::cuda::getCurrentCUDAStream());
   }
@@ -813,10 +811,9 @@ void rms_norm_cuda(at::Tensor& result, const at::Tensor& input,
 void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual,
                              const std::optional<at::Tensor>& weight,
                              double epsilon) {
-  at::cuda::OptionalCUDAGuard device_guard;
-  guard_device_of(device_guard, input);
   auto prepared = vllm_myops::prepare_fused_add_rms_norm(
       input, residual, weight, epsilon, c10::DeviceType::CUDA);
+  const at::cuda::CUDAGuard device_guard(input.device());
   if (!prepared.empty()) {
     launch_rms_norm_cuda(prepared.params, at::cuda::getCurrentCUDAStream());
   }

@@ -282,6 +282,32 @@ struct GranuleCursor {
     return vec16_from_bits<T>(
         load_16B_from_granules<kPath, kWords>(granules + i, bit_shift));
   }
+
+  // As load(), for a window that ends at or before `end` (one past the last
+  // element of the data), but without reading any byte at or past `end`:
+  // the window's second granule can extend past the allocation, which no
+  // hardware faults on but compute-sanitizer (byte-exact) reports. Only the
+  // one vector whose second granule holds `end` takes the element path.
+  template <LoadPath kPath, int kWords>
+  __device__ __forceinline__ Vec16<T> load_bounded(int64_t i,
+                                                   GranuleOffset<kWords> o,
+                                                   const T* end) const {
+    if constexpr (kWords >= 0) {
+      const auto* second_granule_end =
+          reinterpret_cast<const char*>(granules + i + 2);
+      if (second_granule_end > reinterpret_cast<const char*>(end)) {
+        const T* p = reinterpret_cast<const T*>(
+            reinterpret_cast<const char*>(granules + i) + byte_offset);
+        T e[Vec16<T>::kElems];
+#pragma unroll
+        for (int j = 0; j < Vec16<T>::kElems; ++j) e[j] = load_word<kPath>(p + j);
+        Vec16<T> v;
+        __builtin_memcpy(&v, e, sizeof(v));
+        return v;
+      }
+    }
+    return load<kPath>(i, o);
+  }
 };
 
 // ---- typed wrappers ---------------------------------------------------------

@@ -1,6 +1,7 @@
 #include "layernorm/layernorm_args.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 #include <ATen/MemoryOverlap.h>
@@ -27,12 +28,24 @@ DType to_dtype(c10::ScalarType t) {
   }
 }
 
-void check_input(const char* op, const at::Tensor& input,
-                 c10::DeviceType device) {
+// The backend is chosen from all tensor arguments (CUDA wins over CPU), so a
+// mixed call arrives here with input on another device: name the tensor that
+// differs from input, which is the argument the caller got wrong as often.
+void check_devices(const char* op, const at::Tensor& input,
+                   std::initializer_list<std::pair<const char*, const at::Tensor*>> others,
+                   c10::DeviceType device) {
   TORCH_CHECK(input.defined(), op, ": input must be a defined tensor");
+  for (const auto& [name, t] : others) {
+    TORCH_CHECK(t == nullptr || !t->defined() || t->device() == input.device(),
+                op, ": all tensors must be on one device: input is on ",
+                input.device(), " but ", name, " is on ", t->device());
+  }
   TORCH_CHECK(input.device().type() == device, op, ": input must be a ",
               device_name(device), " tensor, got a tensor on ",
               input.device());
+}
+
+void check_input(const char* op, const at::Tensor& input) {
   const auto t = input.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16, op,
               ": input must be float32, float16 or bfloat16, got ", t);
@@ -77,6 +90,34 @@ const void* check_weight(const char* op, const std::optional<at::Tensor>& weight
   at::Tensor dense = w.contiguous();
   prepared.keep_alive.push_back(dense);
   return dense.data_ptr();
+}
+
+// Byte span [first, last] a tensor's elements occupy (numel > 0).
+std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t i = 0; i < t.dim(); ++i) last += (t.size(i) - 1) * t.stride(i);
+  const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {first, first + static_cast<uintptr_t>((last + 1) * t.element_size()) - 1};
+}
+
+// True unless a and b provably share no element. ATen answers "too hard"
+// for any non-dense pair; then different storages cannot overlap, and views
+// of one storage are taken as overlapping when their byte spans intersect
+// (interleaved views of one buffer are refused rather than risked).
+bool may_overlap(const at::Tensor& a, const at::Tensor& b) {
+  switch (at::get_overlap_status(a, b)) {
+    case at::MemOverlapStatus::No:
+      return false;
+    case at::MemOverlapStatus::Full:
+    case at::MemOverlapStatus::Partial:
+      return true;
+    default:
+      break;
+  }
+  if (!a.storage().is_alias_of(b.storage())) return false;
+  const auto [a_first, a_last] = byte_span(a);
+  const auto [b_first, b_last] = byte_span(b);
+  return a_first <= b_last && b_first <= a_last;
 }
 
 void check_epsilon(const char* op, double epsilon) {
@@ -158,7 +199,10 @@ PreparedRmsNorm prepare_rms_norm(at::Tensor& result, const at::Tensor& input,
                                  double epsilon, c10::DeviceType device) {
   constexpr const char* op = "rms_norm";
   PreparedRmsNorm prepared;
-  check_input(op, input, device);
+  check_devices(op, input,
+                {{"result", &result}, {"weight", weight ? &*weight : nullptr}},
+                device);
+  check_input(op, input);
   check_like_input(op, "result", result, input);
   TORCH_CHECK(result.is_contiguous(), op,
               ": result must be contiguous, got strides ", result.strides(),
@@ -166,7 +210,8 @@ PreparedRmsNorm prepare_rms_norm(at::Tensor& result, const at::Tensor& input,
   check_epsilon(op, epsilon);
   // Writing result in place of input is fine (each element is read before it
   // is written); a partial overlap would read already-normalised values.
-  TORCH_CHECK(at::get_overlap_status(result, input) != at::MemOverlapStatus::Partial,
+  TORCH_CHECK(at::get_overlap_status(result, input) == at::MemOverlapStatus::Full ||
+                  !may_overlap(result, input),
               op, ": result must not partially overlap input");
   fill_shape(prepared, input, epsilon);
   prepared.params.weight = check_weight(op, weight, input, prepared);
@@ -185,11 +230,14 @@ PreparedRmsNorm prepare_fused_add_rms_norm(
     c10::DeviceType device) {
   constexpr const char* op = "fused_add_rms_norm";
   PreparedRmsNorm prepared;
-  check_input(op, input, device);
+  check_devices(op, input,
+                {{"residual", &residual}, {"weight", weight ? &*weight : nullptr}},
+                device);
+  check_input(op, input);
   check_like_input(op, "residual", residual, input);
   check_epsilon(op, epsilon);
-  TORCH_CHECK(at::get_overlap_status(input, residual) == at::MemOverlapStatus::No,
-              op, ": input and residual must not overlap (both are written)");
+  TORCH_CHECK(!may_overlap(input, residual), op,
+              ": input and residual must not overlap (both are written)");
   TORCH_CHECK(at::has_internal_overlap(input) != at::MemOverlap::Yes, op,
               ": input must not have internally overlapping elements "
               "(e.g. an expanded tensor); it is written in place");

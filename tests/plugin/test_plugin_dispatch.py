@@ -1,0 +1,243 @@
+# SPDX-License-Identifier: Apache-2.0
+"""vLLM IR dispatch to the myops provider, in this process (no engine).
+
+- priority ["myops", ...]: vLLM calls our impl (a spy on the compiled-op
+  wrappers sees every call) and the result matches the FP32 reference;
+- priority ["native"]: our impl is never called;
+- arguments our ops do not take (variance_size, weight dtype != x dtype, ...)
+  fall back to native when native follows;
+- the in-place overload (maybe_inplace) writes in place, the functional
+  overload leaves its inputs alone;
+- counting under torch.compile counts executions, not traces (subprocess).
+
+A few seconds in total (the subprocess test: ~20 s).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.plugin._helpers import (
+    requires_extension,
+    requires_vllm,
+    run_python,
+    subprocess_env,
+)
+from vllm_myops import reference
+
+pytestmark = [requires_vllm, requires_extension]
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+EPS = 1e-6
+
+
+@pytest.fixture(scope="module")
+def ir():
+    from vllm import ir as vllm_ir
+
+    import vllm_myops
+
+    vllm_myops.register()
+    assert vllm_ir.ops.rms_norm.impls["myops"].supported
+    return vllm_ir
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts calls of the compiled ops made through vllm_myops._custom_ops."""
+    from vllm_myops import _custom_ops
+
+    calls = {"rms_norm": 0, "fused_add_rms_norm": 0}
+    for name in calls:
+        orig = getattr(_custom_ops, name)
+
+        def wrapper(*a, _orig=orig, _name=name):
+            calls[_name] += 1
+            return _orig(*a)
+
+        monkeypatch.setattr(_custom_ops, name, wrapper)
+    return calls
+
+
+def _rows(shape, dtype, strided=False):
+    if strided:  # Qwen3's q view: [tokens, heads, head_dim] out of a qkv row
+        tokens, heads, dim = shape
+        qkv = torch.randn(tokens, heads * dim * 3, dtype=dtype)
+        return qkv[:, : heads * dim].view(tokens, heads, dim)
+    return torch.randn(*shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ["2d", "3d-strided", "no-weight"])
+def test_rms_norm_myops_first_calls_our_kernel(ir, spy, dtype, case):
+    shape = (5, 4, 64) if case == "3d-strided" else (7, 256)
+    x = _rows(shape, dtype, strided=case == "3d-strided")
+    w = None if case == "no-weight" else torch.randn(shape[-1], dtype=dtype)
+    with ir.ops.rms_norm.set_priority(["myops", "native"]):
+        assert ir.ops.rms_norm.dispatch(x, w, EPS).provider == "myops"
+        out = ir.ops.rms_norm(x, w, EPS)
+    assert spy["rms_norm"] == 1
+    assert out.shape == x.shape and out.dtype == dtype
+    torch.testing.assert_close(
+        out, reference.rms_norm_ref(x, w, EPS), **reference.tolerance(dtype)
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm_myops_inplace_and_functional(ir, spy, dtype):
+    x = torch.randn(6, 256, dtype=dtype)
+    r = torch.randn(6, 256, dtype=dtype)
+    w = torch.randn(256, dtype=dtype)
+    ref_out, ref_res = reference.fused_add_rms_norm_ref(x, r, w, EPS)
+    tol = reference.tolerance(dtype)
+    op = ir.ops.fused_add_rms_norm
+    with op.set_priority(["myops", "native"]):
+        # functional overload: inputs untouched (vLLM clones for inplace impls)
+        x0, r0 = x.clone(), r.clone()
+        out, res = op(x, r, w, EPS)
+        assert torch.equal(x, x0) and torch.equal(r, r0)
+        torch.testing.assert_close(out, ref_out, **tol)
+        # residual is T(x + r), rounded like vLLM's CUDA kernel: exact.
+        torch.testing.assert_close(res, ref_res, rtol=0, atol=0)
+        # maybe_inplace (what vLLM's RMSNorm layer calls): written in place
+        out2, res2 = op.maybe_inplace(x, r, w, EPS)
+        assert out2.data_ptr() == x.data_ptr() and res2.data_ptr() == r.data_ptr()
+        torch.testing.assert_close(x, ref_out, **tol)
+        torch.testing.assert_close(r, ref_res, rtol=0, atol=0)
+    assert spy["fused_add_rms_norm"] == 2
+
+
+def test_native_priority_never_calls_ours(ir, spy):
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    w = torch.randn(128, dtype=torch.bfloat16)
+    with (
+        ir.ops.rms_norm.set_priority(["native"]),
+        ir.ops.fused_add_rms_norm.set_priority(["native"]),
+    ):
+        assert ir.ops.rms_norm.dispatch(x, w, EPS).provider == "native"
+        ir.ops.rms_norm(x, w, EPS)
+        ir.ops.fused_add_rms_norm(x, x.clone(), w, EPS)
+        ir.ops.fused_add_rms_norm.maybe_inplace(x, x.clone(), w, EPS)
+    assert spy == {"rms_norm": 0, "fused_add_rms_norm": 0}
+
+
+def _unsupported_rms_norm_args():
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    w = torch.randn(128, dtype=torch.bfloat16)
+    return {
+        "variance_size": (x, w, EPS, 64),
+        "weight fp32, x bf16": (x, w.float(), EPS),
+        "float64 input": (x.double(), w.double(), EPS),
+        "weight of wrong size": (x, torch.randn(64, dtype=torch.bfloat16), EPS),
+        "2-D weight": (x, w.view(2, 64), EPS),
+        "negative epsilon": (x, w, -1.0),
+    }
+
+
+@pytest.mark.parametrize("case", list(_unsupported_rms_norm_args()))
+def test_rms_norm_unsupported_args_fall_back_to_native(ir, spy, case):
+    args = _unsupported_rms_norm_args()[case]
+    op = ir.ops.rms_norm
+    assert not op.impls["myops"].supports_args(*args)
+    with op.set_priority(["myops", "native"]):
+        assert op.dispatch(*args).provider == "native"
+        if case not in ("weight of wrong size", "2-D weight", "negative epsilon"):
+            out = op(*args)  # native computes it
+            expect = op.impls["native"].impl_fn(*args)
+            torch.testing.assert_close(out, expect, rtol=0, atol=0)
+    assert spy["rms_norm"] == 0
+
+
+def test_fused_add_rms_norm_unsupported_args_fall_back(ir, spy):
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    r = torch.randn(4, 128, dtype=torch.bfloat16)
+    w = torch.randn(128, dtype=torch.bfloat16)
+    op = ir.ops.fused_add_rms_norm
+    cases = {
+        "variance_size": (x, r, w, EPS, 64),
+        "weight fp32": (x, r, w.float(), EPS),
+        "residual fp32": (x, r.float(), w, EPS),
+        "residual of another shape": (x, r[:2], w, EPS),
+        "expanded residual (written in place)": (x, r[:1].expand(4, 128), w, EPS),
+    }
+    with op.set_priority(["myops", "native"]):
+        for name, args in cases.items():
+            assert op.dispatch(*args).provider == "native", name
+        out, res = op(*cases["variance_size"])
+        exp_out, exp_res = op.impls["native"].impl_fn(*cases["variance_size"])
+        torch.testing.assert_close(out, exp_out, rtol=0, atol=0)
+    assert spy["fused_add_rms_norm"] == 0
+
+
+def test_supported_layouts_stay_on_myops(ir):
+    """Leading dims, strided rows and transposed inputs are ours (the op
+    copies what it cannot address); only what it rejects falls back."""
+    op = ir.ops.rms_norm
+    pred = op.impls["myops"].supports_args
+    base = torch.randn(8, 3, 64, dtype=torch.float16)
+    w = torch.randn(64, dtype=torch.float16)
+    assert pred(base, w, EPS)
+    assert pred(base[:, 1], w, EPS)  # strided rows
+    assert pred(torch.randn(64, 8, dtype=torch.float16).t(), w, EPS)  # last dim strided
+    assert pred(torch.randn(64, dtype=torch.float16), w, EPS)  # one row, no leading dim
+    assert pred(torch.randn(0, 64, dtype=torch.float16), w, EPS)  # no rows
+    assert not pred(torch.tensor(1.0, dtype=torch.float16), None, EPS)  # 0-dim
+
+
+def test_schema_matches_native(ir):
+    """vLLM checked it at registration; spelled out for the reader."""
+    from torch.library import infer_schema
+
+    from vllm_myops import ir_providers
+
+    for name, fn in (
+        ("rms_norm", ir_providers.rms_norm),
+        ("fused_add_rms_norm", ir_providers.fused_add_rms_norm),
+    ):
+        op = getattr(ir.ops, name)
+        assert infer_schema(fn, mutates_args=[]) == op._schema_str
+        assert op.impls["myops"].inplace == (name == "fused_add_rms_norm")
+
+
+def test_counting_under_torch_compile_counts_executions():
+    """With counting on, a torch.compile'd function (Inductor, IR torch
+    wrapping off as vLLM does on CPU) runs the tick op on every call: the
+    count is the number of executions, not of traces, for both providers."""
+    code = r"""
+import json, torch
+import vllm_myops
+from vllm import ir
+vllm_myops.register()
+ir.set_default_torch_wrap(False)
+from vllm_myops import observability as ob
+assert ob.ENABLED
+def f(x, r, w):
+    y = ir.ops.rms_norm(x, w, 1e-6)
+    out, res = ir.ops.fused_add_rms_norm.maybe_inplace(y, r, w, 1e-6)
+    return out + 1, res
+x = torch.randn(5, 256, dtype=torch.bfloat16)
+w = torch.randn(256, dtype=torch.bfloat16)
+res = {}
+for prov in ("myops", "native"):
+    ob.reset()
+    with ir.ops.rms_norm.set_priority([prov]), ir.ops.fused_add_rms_norm.set_priority([prov]):
+        torch._dynamo.reset()
+        g = torch.compile(f, backend="inductor", fullgraph=True)
+        outs = [g(x, torch.randn(5, 256, dtype=torch.bfloat16), w) for _ in range(7)]
+    res[prov] = ob.snapshot()["calls"]
+print("RESULT " + json.dumps(res))
+"""
+    out = run_python(code, timeout=600, env=subprocess_env(MYOPS_STATS="1")).stdout
+    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
+    res = json.loads(line[len("RESULT ") :])
+    assert res["myops"] == {
+        "rms_norm": {"myops": 7, "native": 0},
+        "fused_add_rms_norm": {"myops": 7, "native": 0},
+    }
+    assert res["native"] == {
+        "rms_norm": {"myops": 0, "native": 7},
+        "fused_add_rms_norm": {"myops": 0, "native": 7},
+    }

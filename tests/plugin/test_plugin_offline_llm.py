@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Offline vllm.LLM on the tiny Llama and the tiny Qwen3 (q_norm/k_norm on
+3-D strided head views), eager and torch.compile, myops first versus native.
+
+Each (arch, mode) is one subprocess (_offline_llm_run.py) that runs the LLM
+twice, myops then native, and is shared by the tests of that pair. Times on
+the 2-core CI machine: eager ~70-120 s per pair, compile ~150-250 s per pair
+(the first compile of each graph ~50 s, later runs hit vLLM's cache).
+
+1. Every RMSNorm call ran on our kernels. vLLM appends `native` to any
+   priority list, so a silent fallback is always possible; the priority list
+   proves nothing. The worker processes count calls and rows per provider
+   (vllm_myops.observability: a counting op inside the executed graph, also
+   under torch.compile) and the test checks, for the requests:
+   - native calls == 0 (and over the whole run, warm-up included);
+   - calls == (norm calls per forward from the model structure) x (model
+     steps vLLM itself counted, histogram vllm:iteration_tokens_total);
+   - rows == (rows per token from the structure) x (tokens the steps
+     computed: vLLM's token count minus one sampled token per request).
+   The native run is checked the same way with the roles swapped.
+
+2. Agreement with the native provider (bf16 model). Acceptance measure:
+   ranking agreement (top-1), plus the size of logprob differences.
+   See AGREEMENT_* below for the thresholds and why.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from tests.plugin._helpers import (
+    HERE,
+    requires_extension,
+    requires_vllm,
+    run_python,
+    subprocess_env,
+)
+from vllm_myops.models.tiny import HEADS, KV_HEADS, LAYERS, norm_calls_per_forward
+
+pytestmark = [requires_vllm, requires_extension, pytest.mark.slow]
+
+CONFIGS = [
+    ("llama", "eager"),
+    ("qwen3", "eager"),
+    ("llama", "compile"),
+    ("qwen3", "compile"),
+]
+
+# --- Agreement thresholds (bf16 model, myops vs native) -------------------
+# Where differences come from: our fused_add_rms_norm normalises the
+# residual rounded to bf16 (as vLLM's CUDA kernel does), native the unrounded
+# fp32 sum; and fp32 summation order. Each is at most ~1 bf16 ulp (2^-8
+# relative) in a normalised value, and the logits themselves are bf16 (the
+# lm_head output): 1 ulp is 0.0625 for |logit| in [8, 16), 0.125 in [16, 32),
+# which is the largest range these models produce (logit std ~4). A single
+# upstream ulp can move a logit, and the log-sum-exp, by an ulp or two.
+#
+# Max |logprob difference| (actual next token and best token, teacher
+# forced): <= 0.25 nats = 2 ulps of the largest logits. Measured 0.14-0.17.
+# A kernel bug (wrong or missing weight, wrong row, stale residual, wrong
+# epsilon scale) changes normalised values by O(10%) or more and logprobs by
+# O(1) nats: far outside.
+AGREEMENT_MAX_LOGPROB_DIFF = 0.25
+# Decisive positions: where native's best token leads the second by more than
+# twice that bound, no perturbation within it can swap them, so top-1 must
+# agree at every such position (ranking agreement is the acceptance measure).
+AGREEMENT_DECISIVE_MARGIN = 2 * AGREEMENT_MAX_LOGPROB_DIFF
+# All positions: ties are common in this random bf16 model (~6% of positions
+# have two best tokens with the same bf16 logit, ~13% within 0.125 nats), and
+# a 1-ulp nudge flips some of those. Measured 98.7-99.0% over ~1000 positions;
+# 97% leaves room for the ~1% flip rate to double while a systematic error
+# (which flips decisive positions too) cannot pass the rule above.
+AGREEMENT_MIN_TOP1 = 0.97
+
+
+@pytest.fixture(scope="module")
+def pair_runs(tiny_models, tmp_path_factory):
+    """(arch, mode) -> {"myops": run, "native": run}, one subprocess each."""
+    cache: dict[tuple[str, str], dict[str, dict]] = {}
+
+    def get(arch: str, mode: str) -> dict[str, dict]:
+        if (arch, mode) not in cache:
+            out = tmp_path_factory.mktemp(f"offline-{arch}-{mode}") / "runs.json"
+            proc = run_python(
+                [
+                    str(HERE / "_offline_llm_run.py"),
+                    "--model",
+                    str(tiny_models[arch]),
+                    "--mode",
+                    mode,
+                    "--providers",
+                    "myops,native",
+                    "--out",
+                    str(out),
+                ],  # fmt: skip
+                timeout=1800,
+                env=subprocess_env(),
+            )
+            for ln in proc.stdout.splitlines():
+                if "[offline]" in ln:  # may share a line with a progress bar
+                    print(ln[ln.index("[offline]") :])
+            runs = json.loads(out.read_text())["runs"]
+            cache[(arch, mode)] = {r["provider"]: r for r in runs}
+        return cache[(arch, mode)]
+
+    return get
+
+
+def _delta(after: dict, before: dict) -> dict:
+    return {
+        op: {p: after[op][p] - before[op].get(p, 0) for p in after[op]} for op in after
+    }
+
+
+def rows_per_token(arch: str) -> dict[str, int]:
+    """Rows each op normalises per token of a forward pass."""
+    rms = 1  # input_layernorm of layer 0
+    if arch == "qwen3":
+        rms += LAYERS * (HEADS + KV_HEADS)  # q_norm, k_norm: one row per head
+    return {"rms_norm": rms, "fused_add_rms_norm": 2 * LAYERS}
+
+
+@pytest.mark.parametrize("arch,mode", CONFIGS)
+def test_every_rmsnorm_call_ran_on_the_chosen_provider(pair_runs, arch, mode):
+    per_fwd = norm_calls_per_forward(arch)
+    per_tok = rows_per_token(arch)
+    for provider, other in (("myops", "native"), ("native", "myops")):
+        run = pair_runs(arch, mode)[provider]
+        before, after = run["stats_before"], run["stats_after"]
+        steps = run["engine_steps"]
+        tokens = int(run["engine_tokens"]) - run["num_requests"]
+        assert steps and steps >= 24, run["engine_steps"]
+        calls = _delta(after["calls"], before["calls"])
+        rows = _delta(after["rows"], before["rows"])
+        for op in ("rms_norm", "fused_add_rms_norm"):
+            # Whole run (warm-up / compile runs included): never the other.
+            assert after["calls"][op][other] == 0, (provider, after["calls"])
+            assert after["graph_captured"][op][other] == 0
+            # Requests: exactly what the model structure predicts.
+            assert calls[op][provider] == per_fwd[op] * steps, (op, calls, steps)
+            assert rows[op][provider] == per_tok[op] * tokens, (op, rows, tokens)
+        assert after["priority"]["rms_norm"][0] == provider
+        print(
+            f"[{arch}/{mode}] {provider}: {steps} steps, {tokens} tokens -> "
+            f"calls {calls}, rows {rows}"
+        )
+
+
+def agreement(mine: dict, ref: dict) -> dict:
+    """Ranking agreement of `mine` with `ref` (the native run)."""
+    n = agree = decisive = decisive_agree = 0
+    diffs: list[float] = []
+    flips_at_margin: list[float] = []
+    for seq_m, seq_r in zip(mine["teacher"], ref["teacher"]):
+        assert len(seq_m) == len(seq_r)
+        for m, r in zip(seq_m, seq_r):
+            assert m["token"] == r["token"]
+            n += 1
+            diffs.append(abs(m["lp"] - r["lp"]))
+            diffs.append(abs(m["top1_lp"] - r["top1_lp"]))
+            margin = r["top1_lp"] - r["top2_lp"] if r["top2_lp"] is not None else 99.0
+            same = m["top1"] == r["top1"]
+            agree += same
+            if margin > AGREEMENT_DECISIVE_MARGIN:
+                decisive += 1
+                decisive_agree += same
+            if not same:
+                flips_at_margin.append(round(margin, 4))
+    greedy = []
+    for gm, gr, margins in zip(mine["greedy"], ref["greedy"], ref["greedy_margins"]):
+        first = next((i for i, (a, b) in enumerate(zip(gm, gr)) if a != b), None)
+        greedy.append(
+            {"identical": first is None, "first_divergence": first,
+             "ref_margin_there": None if first is None else margins[first]}
+        )  # fmt: skip
+    return {
+        "positions": n,
+        "top1_agreement": agree / n,
+        "decisive_positions": decisive,
+        "decisive_agreement": decisive_agree / max(decisive, 1),
+        "max_logprob_diff": max(diffs),
+        "mean_logprob_diff": statistics.fmean(diffs),
+        "flips_at_ref_margin": sorted(flips_at_margin),
+        "greedy": greedy,
+    }
+
+
+@pytest.mark.parametrize("arch,mode", CONFIGS)
+def test_agreement_with_native(pair_runs, arch, mode):
+    runs = pair_runs(arch, mode)
+    a = agreement(runs["myops"], runs["native"])
+    identical = sum(g["identical"] for g in a["greedy"])
+    print(
+        f"[{arch}/{mode}] top-1 agreement {a['top1_agreement']:.4f} over {a['positions']} "
+        f"teacher-forced positions; decisive (native margin > "
+        f"{AGREEMENT_DECISIVE_MARGIN}) {a['decisive_agreement']:.4f} of "
+        f"{a['decisive_positions']}; max |dlogprob| {a['max_logprob_diff']:.4f}, mean "
+        f"{a['mean_logprob_diff']:.4f}; flips at native margins {a['flips_at_ref_margin']}; "
+        f"greedy identical {identical}/{len(a['greedy'])}, divergences "
+        f"{[(g['first_divergence'], g['ref_margin_there']) for g in a['greedy'] if not g['identical']]}"
+    )
+    assert a["decisive_agreement"] == 1.0, a
+    assert a["max_logprob_diff"] <= AGREEMENT_MAX_LOGPROB_DIFF, a
+    assert a["top1_agreement"] >= AGREEMENT_MIN_TOP1, a
+    # Greedy decoding compounds: after one swapped token the continuations
+    # differ. A divergence must start where native's choice was not decisive.
+    for g in a["greedy"]:
+        if not g["identical"]:
+            assert g["ref_margin_there"] is not None
+            assert g["ref_margin_there"] <= AGREEMENT_DECISIVE_MARGIN, a["greedy"]
+    # Not degenerate: the model does not repeat one token.
+    assert all(len(set(seq)) > 4 for seq in runs["native"]["greedy"])

@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""vLLM's OpenAI API server with the plugin, as a subprocess on a free
+loopback port, always torn down (vllm_myops.serve.VllmServer stops it and
+SIGKILLs its process group on any exit path).
+
+- requests through the `openai` client: chat and completions, a few
+  concurrent; the worker's counters show every RMSNorm call on myops;
+- the main job, `vllm-myops serve`, end to end (exit code, answers,
+  evidence);
+- failure mode: extension load failure -> one warning, the server still
+  answers, on native.
+
+Times on the 2-core CI machine: ~60-100 s per server start (engine-core and
+worker processes each import vLLM; the main-job test also compiles the model
+the first time, ~50 s more). All marked slow.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+
+import pytest
+
+from tests.plugin._helpers import (
+    requires_extension,
+    requires_vllm,
+    run_python,
+    subprocess_env,
+)
+from vllm_myops.observability import read_stats
+from vllm_myops.serve import VllmServer
+
+pytestmark = [requires_vllm, pytest.mark.slow]
+
+STARTUP_TIMEOUT = 900  # bounded: a hung start fails the test, never the CI job
+EAGER_SMALL = [
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    str(256 << 20),
+    "--max-model-len",
+    "512",
+]
+
+
+def _server(model, env_overrides=None, **kw) -> VllmServer:
+    env = subprocess_env(**(env_overrides or {}))
+    srv = VllmServer(model, EAGER_SMALL, **kw)
+    srv.env = env  # exactly this environment (no inherited MYOPS_* switches)
+    return srv
+
+
+@requires_extension
+def test_openai_client_chat_and_concurrent_completions(tiny_models):
+    openai = pytest.importorskip("openai")
+    with _server(tiny_models["qwen3"]) as srv:
+        srv.wait_ready(STARTUP_TIMEOUT)
+        client = openai.OpenAI(
+            base_url=srv.url + "/v1", api_key="unused", timeout=120, max_retries=0
+        )
+        model = client.models.list().data[0].id
+
+        chat = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=16,
+            temperature=0.0,
+        )
+        assert chat.choices[0].message.content
+        assert chat.usage.completion_tokens > 0
+
+        prompts = [
+            "The quick brown fox",
+            "Once upon a time",
+            "Every morning the baker",
+            "Rain fell on",
+        ]
+
+        def complete(p):
+            return client.completions.create(
+                model=model, prompt=p, max_tokens=12, temperature=0.0
+            )
+
+        with cf.ThreadPoolExecutor(len(prompts)) as pool:
+            results = list(pool.map(complete, prompts))
+        assert all(
+            r.choices[0].text and r.usage.completion_tokens == 12 for r in results
+        )
+        # Greedy: the same prompt alone gives the same text as in the batch.
+        assert complete(prompts[0]).choices[0].text == results[0].choices[0].text
+
+        stats = srv.stats()
+        assert srv.stats_dir and stats["processes"], "no stats file from vLLM's worker"
+        calls = stats["calls"]
+        for op in ("rms_norm", "fused_add_rms_norm"):
+            assert calls[op]["native"] == 0, calls
+            assert calls[op]["myops"] > 0, calls
+        # Qwen3, 2 layers: 5 rms_norm (input norm of layer 0, q_norm and
+        # k_norm per layer) and 4 fused_add_rms_norm per forward.
+        assert (
+            calls["rms_norm"]["myops"] * 4 == calls["fused_add_rms_norm"]["myops"] * 5
+        )
+        assert stats["priority"]["rms_norm"] == ["myops", "native"]
+    assert srv.proc is not None and srv.proc.poll() is not None  # torn down
+
+
+@requires_extension
+def test_main_job_vllm_myops_serve(tiny_models, tmp_path):
+    """`vllm-myops serve` (default: vLLM's compiled mode) answers and proves
+    our kernels ran; exit code 0; nothing left running."""
+    env = subprocess_env(MYOPS_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("VLLM_PLUGINS")  # like a user: all installed plugins load
+    proc = run_python(
+        [
+            "-m",
+            "vllm_myops.cli",
+            "serve",
+            "--max-tokens",
+            "12",
+            "--startup-timeout",
+            str(STARTUP_TIMEOUT),
+        ],
+        timeout=STARTUP_TIMEOUT + 300,
+        env=env,
+        check=False,
+    )
+    out = proc.stdout
+    print(out)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "assistant: " in out and "output: " in out
+    assert "vllm-myops: vllm.ir.rms_norm -> myops" in out  # start-up line, echoed
+    assert "RMSNorm calls ran on vllm_myops kernels" in out
+    assert "server stopped" in out
+
+
+def test_extension_load_failure_still_serves_on_native(tiny_models):
+    """Kernels unavailable (simulated) while the user asks for myops: one
+    warning, vLLM serves, every RMSNorm call runs on native."""
+    srv = _server(tiny_models["llama"], {"MYOPS_SIMULATE_LOAD_FAILURE": "1"})
+    with srv:
+        srv.wait_ready(STARTUP_TIMEOUT)
+        r = srv.complete("The quick brown fox", max_tokens=8)
+        assert r["choices"][0]["text"] and r["usage"]["completion_tokens"] == 8
+        stats = srv.stats()
+    log = srv.log_path.read_text()
+    warnings = [
+        ln
+        for ln in log.splitlines()
+        if "WARNING" in ln and "vllm-myops: kernels unavailable" in ln
+    ]
+    assert len(warnings) == 1, "\n".join(warnings) or log[-3000:]
+    assert "simulated load failure" in warnings[0]
+    for op in ("rms_norm", "fused_add_rms_norm"):
+        assert stats["calls"][op]["myops"] == 0
+        assert stats["calls"][op]["native"] > 0
+    assert stats["priority"]["rms_norm"] == ["native"]  # vLLM dropped unsupported myops
+
+
+def test_server_is_torn_down_on_startup_failure(tmp_path):
+    """A server that cannot start (no such model dir) is reported with its
+    log tail, within the bound, and leaves nothing behind."""
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    srv = _server(empty, {"HF_HUB_OFFLINE": "1"})
+    with srv:
+        with pytest.raises(Exception) as e:
+            srv.wait_ready(STARTUP_TIMEOUT)
+        assert "exited with code" in str(e.value) or "not ready" in str(e.value)
+    assert srv.proc is not None and srv.proc.poll() is not None
+    # The process group is gone (killpg would raise ProcessLookupError).
+    with pytest.raises(ProcessLookupError):
+        os.killpg(srv.proc.pid, 0)
+    assert read_stats(srv.stats_dir)["processes"] == []

@@ -19,5 +19,11 @@ if [[ -f tools/ci_lint.sh ]]; then
   PYTHON="$PY" bash tools/ci_lint.sh
 fi
 
-say "pytest (scope: ${VLLM_MYOPS_TEST_SCOPE:-quick})"
+say "pytest (scope: ${VLLM_MYOPS_TEST_SCOPE:-quick}): kernels, plugin, tooling"
 "$PY" -m pytest -ra --durations=15 "$@"
+
+if [[ $# -eq 0 ]]; then
+  say "lm-eval gate: tiny models served with the plugin vs native (ranking must not change)"
+  "$PY" -m pytest -ra -s .buildkite/lm-eval-harness/test_lm_eval_correctness.py \
+    --config-list-file=.buildkite/lm-eval-harness/configs/models-cpu.txt
+fi

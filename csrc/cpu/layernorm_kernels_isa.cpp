@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Vectorised CPU RMSNorm rows, compiled once per ISA (see CMakeLists.txt).
+// The AVX2 and AVX512 builds run the intrinsics kernel of rms_norm_avx2.h;
+// the DEFAULT build (any other CPU, and ATEN_CPU_CAPABILITY=default) runs the
+// portable at::vec kernel below.
 //
 // Per row: one pass (optionally adding the residual and storing the rounded
 // sum) accumulates the sum of squares in fp32, a second pass scales and
@@ -16,6 +19,14 @@
 #include <tuple>
 
 #include "cpu/layernorm_kernels_isa.h"
+
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  // The AVX512 build runs the 256-bit kernel too: no AVX-512 machine was
+  // available to test a 512-bit variant on (where AVX512-BF16's
+  // vcvtne2ps2bf16 would replace most of the bf16 rounding work).
+  #include "cpu/rms_norm_avx2.h"
+  #define MYOPS_USE_AVX2_KERNEL 1
+#endif
 
 #define MYOPS_ISA_CONCAT_(a, b) a##b
 #define MYOPS_ISA_CONCAT(a, b) MYOPS_ISA_CONCAT_(a, b)
@@ -145,6 +156,9 @@ void rms_norm_rows(const RmsNormParams& p, int64_t begin, int64_t end) {
 
 void MYOPS_ISA_CONCAT(rms_norm_rows_, CPU_CAPABILITY)(const RmsNormParams& p,
                                             int64_t begin, int64_t end) {
+#if defined(MYOPS_USE_AVX2_KERNEL)
+  avx2::rms_norm_rows(p, begin, end);
+#else
   switch (p.dtype) {
     case DType::kFloat32:
       return rms_norm_rows<float>(p, begin, end);
@@ -153,6 +167,7 @@ void MYOPS_ISA_CONCAT(rms_norm_rows_, CPU_CAPABILITY)(const RmsNormParams& p,
     case DType::kBFloat16:
       return rms_norm_rows<c10::BFloat16>(p, begin, end);
   }
+#endif
 }
 
 }  // namespace vllm_myops::cpu

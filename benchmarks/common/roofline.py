@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Roofline helpers: bytes each op must move, the memory ceiling, percentages.
+
+- Bytes models: the fewest bytes an op must move through device memory (each
+  input read once, each output written once), registered by op name so later
+  benchmarks (quantized GEMM, attention) add their own next to these.
+- Ceiling: a large device-to-device copy measured in the same run, counting
+  bytes read + written (the guide's 4.27 TB/s on the H200; datasheet 4.8).
+  On CPU the same with a large memcpy (`Tensor.copy_`, which torch splits over
+  all threads).
+- Floor: per shape, an SM elementwise pass (`torch.neg(x, out=y)`) over the
+  same bytes, timed exactly like the op (see timing.py). It includes what every
+  real kernel pays at that size (launch, tail, partial waves), which the copy
+  ceiling does not; % of floor is the fair "how close to the hardware" figure
+  for small and odd shapes, % of ceiling for large ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+# Vendor datasheet HBM/DRAM bandwidth, bytes/s. Matched by substring of
+# torch.cuda.get_device_name(), first match wins (so more specific first).
+DATASHEET_BANDWIDTH: list[tuple[str, float]] = [
+    ("H200", 4.8e12),
+    ("H100 NVL", 3.9e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),
+    ("H800", 3.35e12),
+    ("GH200", 4.0e12),
+    ("B200", 8.0e12),
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),
+    ("L40S", 0.864e12),
+    ("L4", 0.3e12),
+]
+
+
+def datasheet_bandwidth(device_name: str) -> float | None:
+    for key, bw in DATASHEET_BANDWIDTH:
+        if key.lower() in device_name.lower():
+            return bw
+    return None
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+# ---------------------------------------------------------------------------
+# Bytes models
+# ---------------------------------------------------------------------------
+
+BytesModel = Callable[..., int]
+_BYTES_MODELS: dict[str, BytesModel] = {}
+
+
+def register_bytes_model(name: str) -> Callable[[BytesModel], BytesModel]:
+    def deco(fn: BytesModel) -> BytesModel:
+        _BYTES_MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+def bytes_moved(op: str, **shape: Any) -> int:
+    """Fewest bytes `op` moves for this shape (see the registered models)."""
+    try:
+        model = _BYTES_MODELS[op]
+    except KeyError:
+        raise KeyError(
+            f"no bytes model for {op!r}; known: {sorted(_BYTES_MODELS)}"
+        ) from None
+    return int(model(**shape))
+
+
+@register_bytes_model("rms_norm")
+def _rms_norm_bytes(
+    rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
+) -> int:
+    # read x, write out, read the weight once
+    return element_size(dtype) * (2 * rows * hidden + (hidden if weight else 0))
+
+
+@register_bytes_model("fused_add_rms_norm")
+def _fused_add_rms_norm_bytes(
+    rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
+) -> int:
+    # read x and residual, write both back, read the weight once
+    return element_size(dtype) * (4 * rows * hidden + (hidden if weight else 0))
+
+
+@register_bytes_model("elementwise")
+def _elementwise_bytes(numel: int, dtype: torch.dtype, passes: int = 1) -> int:
+    # each pass reads numel elements and writes numel elements
+    return 2 * element_size(dtype) * numel * passes
+
+
+@register_bytes_model("copy")
+def _copy_bytes(nbytes: int) -> int:
+    return 2 * nbytes  # read + write
+
+
+def known_ops() -> list[str]:
+    return sorted(_BYTES_MODELS)
+
+
+# ---------------------------------------------------------------------------
+# Percentages
+# ---------------------------------------------------------------------------
+
+
+def bandwidth(nbytes: int, time_us: float) -> float:
+    """Achieved bytes/s."""
+    return nbytes / (time_us * 1e-6) if time_us > 0 else float("nan")
+
+
+def ideal_time_us(nbytes: int, bandwidth_bps: float) -> float:
+    return nbytes / bandwidth_bps * 1e6
+
+
+def pct_of_ceiling(
+    nbytes: int, time_us: float, bandwidth_bps: float | None
+) -> float | None:
+    """Achieved bandwidth as % of a ceiling (None if no ceiling)."""
+    if not bandwidth_bps or time_us <= 0:
+        return None
+    return 100.0 * bandwidth(nbytes, time_us) / bandwidth_bps
+
+
+def pct_of_floor(floor_us: float | None, time_us: float) -> float | None:
+    """floor / time in %: 100 means as fast as the elementwise pass."""
+    if not floor_us or time_us <= 0:
+        return None
+    return 100.0 * floor_us / time_us
+
+
+def neg_pass(pairs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """The floor's elementwise pass: dst = -src for every (src, dst)."""
+    for src, dst in pairs:
+        torch.neg(src, out=dst)
+
+
+# ---------------------------------------------------------------------------
+# Ceiling
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Ceiling:
+    bandwidth_bps: float  # bytes read + written per second
+    nbytes: int  # size of the copied buffer (bytes moved = 2x)
+    median_us: float
+    samples: int
+    method: str
+    datasheet_bps: float | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def measure_copy_ceiling(
+    device: torch.device | str,
+    nbytes: int | None = None,
+    *,
+    reps: int = 20,
+    warmup: int = 3,
+) -> Ceiling:
+    """Large same-device copy (`dst.copy_(src)`), bytes read + written.
+
+    CUDA: 2 GiB (a few GB of traffic per copy, far above L2), timed with
+    events, median of `reps`; also records an SM elementwise pass
+    (torch.neg) over the same buffer in `extra` for reference. CPU: 256 MiB
+    (8x a typical L3), perf_counter, fastest of `reps` (median in `extra`).
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        nbytes = nbytes or 2 * 1024**3
+        n = nbytes // 2
+        src = torch.empty(n, dtype=torch.bfloat16, device=device).uniform_(-1, 1)
+        dst = torch.empty_like(src)
+
+        def timed(fn: Callable[[], Any]) -> list[float]:
+            for _ in range(warmup):
+                fn()
+            evs = [
+                (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                for _ in range(reps)
+            ]
+            for a, b in evs:
+                a.record()
+                fn()
+                b.record()
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) * 1e3 for a, b in evs]
+
+        copy_us = timed(lambda: dst.copy_(src))
+        neg_us = timed(lambda: torch.neg(src, out=dst))
+        med = statistics.median(copy_us)
+        moved = 2 * n * 2
+        name = torch.cuda.get_device_name(device)
+        res = Ceiling(
+            bandwidth_bps=moved / (med * 1e-6),
+            nbytes=n * 2,
+            median_us=med,
+            samples=reps,
+            method="cuda Tensor.copy_ (device-to-device), events, median",
+            datasheet_bps=datasheet_bandwidth(name),
+            extra={
+                "neg_pass_bandwidth_bps": moved / (statistics.median(neg_us) * 1e-6),
+                "neg_pass_median_us": statistics.median(neg_us),
+            },
+        )
+        del src, dst
+        torch.cuda.empty_cache()
+        return res
+
+    nbytes = nbytes or 256 * 1024**2
+    src = torch.empty(nbytes, dtype=torch.uint8).random_(0, 255)
+    dst = torch.empty_like(src)
+    for _ in range(warmup):
+        dst.copy_(src)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append((time.perf_counter() - t0) * 1e6)
+    med, best = statistics.median(times), min(times)
+    # On a small shared CPU box the median moves with whatever else runs; the
+    # fastest copy is what the memory system can do, so it is the ceiling.
+    return Ceiling(
+        bandwidth_bps=2 * nbytes / (best * 1e-6),
+        nbytes=nbytes,
+        median_us=best,
+        samples=reps,
+        method=f"cpu Tensor.copy_ (memcpy, {torch.get_num_threads()} threads), fastest of {reps}",
+        datasheet_bps=None,
+        extra={"median_bandwidth_bps": 2 * nbytes / (med * 1e-6), "median_us": med},
+    )

@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Test configuration: the quick/full scope and the device list.
+
+Scope: `pytest --scope=quick|full` or env VLLM_MYOPS_TEST_SCOPE (the option
+wins; default quick). Test modules pick parameters with
+`tests.kernels.utils.scoped(quick=[...], full=[...])`; tests or parameters
+marked `full` are deselected in the quick scope.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Make `tests.kernels.utils` importable as in vLLM (`from tests.kernels.utils
+# import opcheck`) however pytest is started. Appended, not prepended, so
+# the installed `vllm_myops` (with its compiled extension) still wins over
+# the source tree.
+_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+if _REPO_ROOT not in sys.path:
+    sys.path.append(_REPO_ROOT)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from tests.kernels import utils  # noqa: E402
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--scope",
+        action="store",
+        default=None,
+        choices=utils.SCOPES,
+        help=(
+            "test scope: quick (CI subset) or full (whole matrix). Default: "
+            f"${utils.SCOPE_ENV}, else {utils.DEFAULT_SCOPE}."
+        ),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection, so module-level scoped(...) sees the option.
+    utils.set_scope_option(config.getoption("--scope"))
+    config.addinivalue_line(
+        "markers", "full: part of the full matrix only (deselected in the quick scope)"
+    )
+    config.addinivalue_line("markers", "slow: takes more than a few seconds on a 2-core CPU")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [f"vllm-myops test scope: {utils.current_scope()}; devices: {utils.devices()}"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if utils.is_full_scope():
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("full") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    # Readable ids: test_rms_norm[...-bfloat16-...] instead of dtype2.
+    if isinstance(val, torch.dtype):
+        return str(val).removeprefix("torch.")
+    # Shapes: 83x769 instead of shape0; an empty tuple reads "none".
+    if isinstance(val, tuple) and all(isinstance(v, int) for v in val):
+        return "x".join(map(str, val)) if val else "none"
+    return None
+
+
+@pytest.fixture
+def devices() -> list[str]:
+    """The devices the tests run on (see tests.kernels.utils.devices)."""
+    return utils.devices()

@@ -1,0 +1,499 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# One script for every call on the lent GPU machine. Stages combine in one call:
+#
+#   bash tools/device_session.sh stage1 profile sanitize
+#   bash tools/device_session.sh bench2
+#   bash tools/device_session.sh bench
+#
+# Stages (run in the order given; a failed stage does not stop the next):
+#   stage1    = build + test
+#   build     build and install our extension (editable) with the device's torch:
+#             CUDA_ARCHS=${CUDA_ARCHS:-9.0} pip install --no-build-isolation --no-deps -e .
+#             Skipped when the sources did not change since the last build on this
+#             (warm) machine. Every other stage builds first if needed.
+#   test      VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels -q
+#   bench     benchmarks/kernels/benchmark_layernorm.py, bf16 full sweep, every anchor
+#             present (extra args: BENCH_ARGS="...")
+#   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
+#             anchors without torch.compile (extra args: BENCH2_ARGS="...")
+#   profile   ncu --clock-control none over our kernels for a few shapes; compact table
+#   sanitize  compute-sanitizer memcheck (full workload) + racecheck + synccheck (quick)
+#
+# Before any stage, carried parts (.carry/pN, made by tools/prepare_device_carry.sh)
+# found in the working tree are copied to /tmp/myops-carry/ and every bundle whose
+# parts are all present is unpacked there (kept while the machine stays warm):
+#   site-liger/, site-quack/ (+ nvidia_cutlass_dsl/dsl_packages) -> PYTHONPATH
+#   vllm/_C_stable_libtorch.abi3.so                              -> VLLM_ANCHOR_LIB
+#
+# Output under $OUT (at most 8 files come back; this script writes fewer per call):
+#   build.log test.log profile.log ncu_ours.ncu-rep sanitize.log
+#   bench_bf16.{log,json,png} bench_fp.{log,json,png} summary.txt
+# A short summary table is printed last.
+#
+# Time: one device command may run 600 s. CALL_LIMIT_S (default 580) is this
+# script's budget; each stage gets what is left minus the estimates of the
+# stages after it, and the benchmark stops starting new cases in time
+# (--max-seconds), reporting the rest as skipped.
+set -uo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root" || exit 1
+
+OUT="${OUT:-$repo_root/out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+CALL_LIMIT_S="${CALL_LIMIT_S:-580}"
+CARRY_ROOT="${CARRY_ROOT:-/tmp/myops-carry}"
+T0=$SECONDS
+SUMMARY=()
+EXTRA=()
+
+left() { echo $((CALL_LIMIT_S - (SECONDS - T0))); }
+say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
+add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
+
+# Estimates (s) per stage, for budgeting and for the plan printed at the start.
+declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [profile]=90 [sanitize]=200)
+
+stages=()
+for s in "$@"; do
+  case "$s" in
+    stage1) stages+=(build test) ;;
+    build|test|bench|bench2|profile|sanitize) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test bench bench2 profile sanitize)" >&2; exit 2 ;;
+  esac
+done
+[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,40p' "$0"; exit 2; }
+
+# Budget for stage index $1: what is left minus the estimates of later stages.
+budget_for() {
+  local i=$1 later=0 j
+  for ((j = i + 1; j < ${#stages[@]}; j++)); do later=$((later + ${EST[${stages[$j]}]})); done
+  local b=$(( $(left) - later - 10 ))
+  (( b < 60 )) && b=60
+  echo "$b"
+}
+
+# ---------------------------------------------------------------------------
+# Machine facts
+# ---------------------------------------------------------------------------
+say "stages: ${stages[*]} (limit ${CALL_LIMIT_S}s)"
+plan=0
+for s in "${stages[@]}"; do plan=$((plan + ${EST[$s]})); done
+say "estimated ~${plan}s (build only if sources changed or the machine is fresh)"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,memory.used \
+  --format=csv 2>&1 | sed 's/^/  /' || true
+$PY -c 'import sys, torch; print("  python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1
+
+# ---------------------------------------------------------------------------
+# Carried parts -> /tmp/myops-carry
+# ---------------------------------------------------------------------------
+unpack_carry() {
+  local t=$SECONDS out
+  out="$($PY - "$CARRY_ROOT" ".carry" <<'EOF'
+import glob, hashlib, io, json, os, shutil, sys, tarfile
+
+root, src = sys.argv[1], sys.argv[2]
+parts_dir = os.path.join(root, "parts")
+os.makedirs(parts_dir, exist_ok=True)
+for d in sorted(glob.glob(os.path.join(src, "p*"))):
+    mf, pb = os.path.join(d, "manifest.json"), os.path.join(d, "part.bin")
+    if not (os.path.isfile(mf) and os.path.isfile(pb)):
+        continue
+    m = json.load(open(mf))
+    i = m["this_part"]
+    shutil.copyfile(pb, os.path.join(parts_dir, f"part{i:03d}.bin"))
+    shutil.copyfile(mf, os.path.join(root, "manifest.json"))
+    print(f"carry: received part {i}/{len(m['parts'])} ({os.path.getsize(pb) / 2**20:.1f} MiB) from {d}")
+mpath = os.path.join(root, "manifest.json")
+if not os.path.exists(mpath):
+    print("carry: no parts here yet (anchors vllm/liger/quack will be reported missing)")
+    sys.exit(0)
+m = json.load(open(mpath))
+have = {}
+for p in m["parts"]:
+    f = os.path.join(parts_dir, f"part{p['index']:03d}.bin")
+    ok = f + ".ok"
+    if not os.path.exists(f):
+        continue
+    if not os.path.exists(ok):
+        data = open(f, "rb").read()
+        if len(data) != p["length"] or hashlib.sha256(data).hexdigest() != p["sha256"]:
+            print(f"carry: part {p['index']} is corrupt (size/sha256 mismatch); ignored")
+            continue
+        open(ok, "w").close()
+    have[p["index"]] = f
+ready, waiting = [], []
+for b in m["bundles"]:
+    marker = os.path.join(root, f".{b['name']}.{b['sha256'][:16]}.done")
+    if os.path.exists(marker):
+        ready.append(b["name"])
+        continue
+    lo, hi = b["offset"], b["offset"] + b["length"]
+    need = [p for p in m["parts"] if p["offset"] < hi and p["offset"] + p["length"] > lo]
+    missing = [p["index"] for p in need if p["index"] not in have]
+    if missing:
+        waiting.append(f"{b['name']} (needs part {','.join(map(str, missing))})")
+        continue
+    buf = bytearray()
+    for p in need:
+        data = open(have[p["index"]], "rb").read()
+        a, z = max(lo, p["offset"]) - p["offset"], min(hi, p["offset"] + p["length"]) - p["offset"]
+        buf += data[a:z]
+    if hashlib.sha256(buf).hexdigest() != b["sha256"]:
+        print(f"carry: bundle {b['name']} sha256 mismatch; not unpacked")
+        continue
+    with tarfile.open(fileobj=io.BytesIO(bytes(buf)), mode="r:xz") as tf:
+        kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+        tf.extractall(root, **kw)
+    open(marker, "w").close()
+    ready.append(b["name"])
+    print(f"carry: unpacked {b['name']} ({b['length'] / 2**20:.1f} MiB) -> {root}/{b['name']}")
+print(f"carry: ready: {', '.join(ready) or 'none'}; waiting: {', '.join(waiting) or 'none'}")
+EOF
+)"
+  local rc=$?
+  echo "$out"
+  add_summary unpack "$rc" $((SECONDS - t)) "$(echo "$out" | grep '^carry: ready' | sed 's/^carry: //')"
+}
+
+anchor_env() {
+  local pp=""
+  [[ -d "$CARRY_ROOT/liger/site-liger" ]] && pp="$CARRY_ROOT/liger/site-liger"
+  if [[ -d "$CARRY_ROOT/quack/site-quack" ]]; then
+    # --target installs do not run .pth files: add cutlass' dsl_packages by hand.
+    pp="${pp:+$pp:}$CARRY_ROOT/quack/site-quack:$CARRY_ROOT/quack/site-quack/nvidia_cutlass_dsl/dsl_packages"
+  fi
+  [[ -n "$pp" ]] && export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"
+  if [[ -f "$CARRY_ROOT/vllm/vllm/_C_stable_libtorch.abi3.so" ]]; then
+    export VLLM_ANCHOR_LIB="$CARRY_ROOT/vllm/vllm/_C_stable_libtorch.abi3.so"
+  fi
+  say "anchors: PYTHONPATH=${PYTHONPATH:-} VLLM_ANCHOR_LIB=${VLLM_ANCHOR_LIB:-<none>}"
+}
+
+# ---------------------------------------------------------------------------
+# Build
+# ---------------------------------------------------------------------------
+src_hash() {
+  find csrc cmake CMakeLists.txt pyproject.toml -type f -print0 2>/dev/null | LC_ALL=C sort -z \
+    | xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+
+have_cuda_ops() {
+  $PY - <<'EOF' 2>/dev/null
+import sys, torch
+import vllm_myops._custom_ops  # noqa: F401
+ok = all(torch._C._dispatch_has_kernel_for_dispatch_key(f"_myops_C::{op}", "CUDA")
+         for op in ("rms_norm", "fused_add_rms_norm"))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+BUILD_OK=""
+ensure_built() {
+  [[ "$BUILD_OK" == 1 ]] && return 0
+  [[ "$BUILD_OK" == 0 ]] && return 1
+  if [[ "${SKIP_BUILD:-0}" == 1 ]]; then  # testing this script without a GPU
+    say "build: skipped (SKIP_BUILD=1)"
+    add_summary build skip 0 "SKIP_BUILD=1"
+    BUILD_OK=1
+    return 0
+  fi
+  local h stamp=/tmp/myops-build.stamp
+  h="$(src_hash)"
+  if [[ -f $stamp && "$(cat $stamp)" == "$h" ]] && have_cuda_ops; then
+    say "build: up to date (sources $h)"
+    add_summary build ok 0 "up to date (sources $h, built earlier on this warm machine)"
+    BUILD_OK=1
+    return 0
+  fi
+  stage_build
+}
+
+stage_build() {
+  local t=$SECONDS h rc
+  h="$(src_hash)"
+  say "build: CUDA_ARCHS=${CUDA_ARCHS:-9.0} pip install --no-build-isolation --no-deps -e . (log build.log)"
+  CUDA_ARCHS="${CUDA_ARCHS:-9.0}" VLLM_MYOPS_TARGET_DEVICE=cuda \
+    timeout "$(( $(left) - 20 ))" "$PY" -m pip install -v --no-build-isolation --no-deps -e . \
+      --config-settings=build.verbose=true \
+      --config-settings=cmake.define.CMAKE_CUDA_FLAGS=-Xptxas=-v >"$OUT/build.log" 2>&1
+  rc=$?
+  if [[ $rc -ne 0 ]]; then
+    tail -n 60 "$OUT/build.log"
+    add_summary build FAIL $((SECONDS - t)) "pip install rc=$rc (see build.log)"
+    BUILD_OK=0
+    return 1
+  fi
+  grep -E "vllm-myops target device|CUDA archs|kernels for|sm_90a kernels" "$OUT/build.log" | sed 's/^/  /' | head -n 8
+  # ptxas -v: registers and spills per kernel of ours (names containing rms/norm).
+  local regs
+  regs="$(awk '
+    /Compiling entry function/ {
+      fn = $0; sub(/.*entry function \047/, "", fn); sub(/\047.*/, "", fn)
+      arch = $NF; gsub(/\047/, "", arch)
+    }
+    /bytes stack frame/ { frame = $1; spill = $5 + $9 }
+    /Used [0-9]+ registers/ && fn != "" {
+      for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1)
+      if (tolower(fn) ~ /rms|norm/) print arch, r " regs", "stack " frame, "spill " spill, fn
+      fn = ""
+    }' "$OUT/build.log" | sort -u | head -n 24)"
+  if command -v c++filt >/dev/null; then regs="$(c++filt <<<"$regs" | cut -c1-200)"; fi
+  if [[ -n "$regs" ]]; then
+    echo "  ptxas (our kernels): arch, registers, stack frame bytes, spill bytes, kernel"
+    while IFS= read -r l; do echo "    $l"; done <<<"$regs"
+  fi
+  if ! have_cuda_ops; then
+    $PY -c "import vllm_myops._custom_ops" 2>&1 | tail -n 5
+    add_summary build FAIL $((SECONDS - t)) "installed but the CUDA ops are not registered"
+    BUILD_OK=0
+    return 1
+  fi
+  echo "$h" >/tmp/myops-build.stamp
+  local info
+  info="$($PY -c 'from vllm_myops import _extension as e; print(e.build_info())' 2>&1 | tail -n 1)"
+  add_summary build ok $((SECONDS - t)) "$info"
+  BUILD_OK=1
+}
+
+# ---------------------------------------------------------------------------
+# Stages
+# ---------------------------------------------------------------------------
+stage_test() {
+  local t=$SECONDS b=$1 rc line
+  ensure_built || { add_summary test SKIP 0 "no build"; return; }
+  # pytest-xdist is in the device image: TEST_WORKERS processes share the GPU
+  # (correctness tests, not timings). TEST_WORKERS=0 runs in one process.
+  local xdist=()
+  if [[ "${TEST_WORKERS:-4}" != 0 ]] && "$PY" -c "import xdist" 2>/dev/null; then
+    xdist=(-n "${TEST_WORKERS:-4}")
+  fi
+  say "test: VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels ${xdist[*]} (budget ${b}s, log test.log)"
+  VLLM_MYOPS_TEST_SCOPE=full timeout -s INT "$b" "$PY" -m pytest tests/kernels -q -rfE \
+    -p no:cacheprovider "${xdist[@]}" ${TEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | tail -n 25
+  rc=${PIPESTATUS[0]}
+  line="$(grep -E "(passed|failed|error)" "$OUT/test.log" | tail -n 1)"
+  [[ $rc -eq 124 || $rc -eq 130 ]] && line="TIMED OUT after ${b}s; $line"
+  add_summary test "$rc" $((SECONDS - t)) "$line"
+}
+
+bench_common() {  # bench_common NAME BUDGET ARGS...
+  local name=$1 b=$2 t=$SECONDS rc; shift 2
+  ensure_built || { add_summary "$name" SKIP 0 "no build"; return; }
+  anchor_env
+  local maxs=$((b - 45))
+  (( maxs < 30 )) && maxs=30
+  say "$name: benchmark_layernorm.py $* (budget ${b}s, new cases stop after ${maxs}s)"
+  timeout -s INT "$((b + 20))" "$PY" benchmarks/kernels/benchmark_layernorm.py --max-seconds "$maxs" "$@" \
+    2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  local v
+  v="$(sed -n '/^Verdicts/,/^wall time/p' "$OUT/$name.log" | grep '^\s*\[' | sed 's/^ *//' | cut -c1-230)"
+  local skipped
+  skipped="$(grep -c "\"status\": \"skipped\"" "$OUT/$name.json" 2>/dev/null || true)"
+  add_summary "$name" "$rc" $((SECONDS - t)) "json/png/log in \$OUT; skipped records: $skipped"
+  [[ -n "$v" ]] && while IFS= read -r l; do EXTRA+=("  $name: $l"); done <<<"$v"
+}
+
+stage_bench() {
+  # shellcheck disable=SC2086
+  bench_common bench_bf16 "$1" --dtype bf16 --save "$OUT/bench_bf16.json" --plot "$OUT/bench_bf16.png" \
+    ${BENCH_ARGS:-}
+}
+
+stage_bench2() {
+  # shellcheck disable=SC2086
+  bench_common bench_fp "$1" --dtype fp16,fp32 --rows 1,1024,8192,32768 --hidden 4096,5125,8192 \
+    --impls floor,ours,eager,vllm,liger,quack --save "$OUT/bench_fp.json" --plot "$OUT/bench_fp.png" \
+    ${BENCH2_ARGS:-}
+}
+
+stage_profile() {
+  local t=$SECONDS b=$1 rc
+  ensure_built || { add_summary profile SKIP 0 "no build"; return; }
+  command -v ncu >/dev/null || { add_summary profile SKIP 0 "ncu not on PATH"; return; }
+  local metrics="l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
+  metrics+=",l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
+  metrics+=",dram__bytes_read.sum,dram__bytes_write.sum"
+  say "profile: ncu --clock-control none over tools/sanitize_layernorm.py --profile (budget ${b}s)"
+  timeout "$b" ncu --clock-control none --profile-from-start off --target-processes all \
+    --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --metrics "$metrics" \
+    --export "$OUT/ncu_ours" --force-overwrite \
+    "$PY" tools/sanitize_layernorm.py --profile >"$OUT/profile.log" 2>&1
+  rc=$?
+  tail -n 5 "$OUT/profile.log"
+  if [[ ! -f "$OUT/ncu_ours.ncu-rep" ]]; then
+    add_summary profile FAIL $((SECONDS - t)) "no report (rc=$rc; see profile.log)"
+    return
+  fi
+  ncu --import "$OUT/ncu_ours.ncu-rep" --page raw --csv >/tmp/ncu_raw.csv 2>>"$OUT/profile.log"
+  {
+    echo; echo "===== ncu --page details ====="
+    ncu --import "$OUT/ncu_ours.ncu-rep" --page details 2>&1
+  } >>"$OUT/profile.log"
+  local table
+  table="$($PY - /tmp/ncu_raw.csv "$OUT/profile.log" <<'EOF'
+import csv, re, sys
+
+raw, logf = sys.argv[1], sys.argv[2]
+cases = []
+for line in open(logf, errors="replace"):
+    m = re.match(r"profile case (\d+): (\S+) (\S+) (\d+)x(\d+)", line)
+    if m:
+        cases.append((m.group(2), m.group(3), int(m.group(4)), int(m.group(5))))
+rows = list(csv.reader(open(raw, errors="replace")))
+hdr_i = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if hdr_i is None:
+    print("  (could not parse ncu raw csv; see profile.log)")
+    sys.exit(0)
+hdr = rows[hdr_i]
+data = [r for r in rows[hdr_i + 1:] if len(r) == len(hdr) and r[0] not in ("", "ID") and r[0].strip().isdigit()]
+col = {h: i for i, h in enumerate(hdr)}
+
+def num(r, name):
+    i = col.get(name)
+    if i is None:
+        return None
+    try:
+        return float(r[i].replace(",", ""))
+    except ValueError:
+        return None
+
+def first(r, *names):
+    for n in names:
+        v = num(r, n)
+        if v is not None:
+            return v
+    return None
+
+stall_cols = []
+for h in hdr:
+    m = re.match(r"smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)_per_(?:issue|warp)_active\.ratio$", h) \
+        or re.match(r"smsp__pcsamp_warps_issue_stalled_([a-z_]+)$", h)
+    if m and m.group(1) not in ("selected", "not_selected"):
+        stall_cols.append((m.group(1), h))
+esz = {"bf16": 2, "fp16": 2, "fp32": 4}
+print(f"  {'#':>2} {'case':<30} {'us':>8} {'SOL mem%':>8} {'DRAM%':>6} {'occ%':>5} {'regs':>4} "
+      f"{'grid':>9} {'blk':>5} {'ld sec/req':>10} {'st sec/req':>10} {'bytes/ideal':>11}  top stalls")
+for k, r in enumerate(data):
+    case = cases[k] if len(data) == len(cases) else None
+    label = f"{case[0].replace('fused_add_rms_norm', 'fused')} {case[1]} {case[2]}x{case[3]}" if case else r[col.get("Kernel Name", 0)][:30]
+    us = first(r, "gpu__time_duration.sum")
+    unit_ns = True
+    sol = first(r, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
+    dram = first(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
+    occ = first(r, "sm__warps_active.avg.pct_of_peak_sustained_active")
+    regs = first(r, "launch__registers_per_thread")
+    grid = first(r, "launch__grid_size")
+    blk = first(r, "launch__block_size")
+    ld = (first(r, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum") or 0) / max(1.0, first(r, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum") or 0)
+    st = (first(r, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum") or 0) / max(1.0, first(r, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum") or 0)
+    moved = (first(r, "dram__bytes_read.sum") or 0) + (first(r, "dram__bytes_write.sum") or 0)
+    ratio = "-"
+    if case and moved:
+        op, dt, rows_, h = case
+        ideal = esz[dt] * ((2 if op == "rms_norm" else 4) * rows_ * h + h)
+        ratio = f"{moved / ideal:.3f}"
+    stalls = sorted(((num(r, c) or 0.0, n) for n, c in stall_cols), reverse=True)[:2]
+    st_txt = ", ".join(f"{n} {v:.2f}" for v, n in stalls if v > 0)
+    # gpu__time_duration is reported in ns or us depending on ncu's unit row
+    if us is not None and col.get("gpu__time_duration.sum") is not None:
+        unit = rows[hdr_i + 1][col["gpu__time_duration.sum"]] if len(rows) > hdr_i + 1 else ""
+        if unit.strip() in ("nsecond", "ns"):
+            us /= 1e3
+        elif unit.strip() in ("msecond", "ms"):
+            us *= 1e3
+    f = lambda v, s: "-" if v is None else format(v, s)
+    print(f"  {k:>2} {label:<30} {f(us, '.2f'):>8} {f(sol, '.1f'):>8} {f(dram, '.1f'):>6} {f(occ, '.1f'):>5} "
+          f"{f(regs, '.0f'):>4} {f(grid, '.0f'):>9} {f(blk, '.0f'):>5} {ld:>10.2f} {st:>10.2f} {ratio:>11}  {st_txt}")
+if len(data) != len(cases):
+    print(f"  note: {len(data)} kernels for {len(cases)} cases; rows are in launch order (see profile.log)")
+EOF
+)"
+  echo "$table"
+  { echo; echo "===== compact summary ====="; echo "$table"; } >>"$OUT/profile.log"
+  local n
+  n=$(echo "$table" | grep -cE '^ +[0-9]+ ')
+  add_summary profile "$rc" $((SECONDS - t)) "$n kernels profiled (table below, details in profile.log)"
+  while IFS= read -r l; do EXTRA+=("  profile:$l"); done <<<"$table"
+}
+
+stage_sanitize() {
+  local t=$SECONDS b=$1 rc1 rc2 rc3 s1 s2 s3 w1
+  ensure_built || { add_summary sanitize SKIP 0 "no build"; return; }
+  command -v compute-sanitizer >/dev/null || { add_summary sanitize SKIP 0 "compute-sanitizer not on PATH"; return; }
+  # Without the caching allocator every tensor is its own allocation, so an
+  # access past a tensor's end is outside any allocation and memcheck sees it.
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  local b1=$((b * 55 / 100)) b2=$((b * 30 / 100)) b3=$((b * 15 / 100))
+  say "sanitize: memcheck (full workload, budget ${b1}s), racecheck + synccheck (quick) -> sanitize.log"
+  {
+    echo "===== compute-sanitizer --tool memcheck python3 tools/sanitize_layernorm.py ====="
+    timeout "$b1" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 \
+      --target-processes all "$PY" tools/sanitize_layernorm.py 2>&1
+    echo "memcheck rc=$?"
+    echo "===== compute-sanitizer --tool racecheck python3 tools/sanitize_layernorm.py --quick --no-check ====="
+    timeout "$b2" compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 30 \
+      --target-processes all "$PY" tools/sanitize_layernorm.py --quick --no-check 2>&1
+    echo "racecheck rc=$?"
+    echo "===== compute-sanitizer --tool synccheck python3 tools/sanitize_layernorm.py --quick --no-check ====="
+    timeout "$b3" compute-sanitizer --tool synccheck --error-exitcode 9 --print-limit 30 \
+      --target-processes all "$PY" tools/sanitize_layernorm.py --quick --no-check 2>&1
+    echo "synccheck rc=$?"
+  } >"$OUT/sanitize.log" 2>&1
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=|^FAIL|sanitize workload" "$OUT/sanitize.log" | head -n 30
+  rc1=$(sed -n 's/^memcheck rc=\([0-9]*\)$/\1/p' "$OUT/sanitize.log")
+  rc2=$(sed -n 's/^racecheck rc=\([0-9]*\)$/\1/p' "$OUT/sanitize.log")
+  rc3=$(sed -n 's/^synccheck rc=\([0-9]*\)$/\1/p' "$OUT/sanitize.log")
+  s1=$(grep -m1 "ERROR SUMMARY" "$OUT/sanitize.log" | sed 's/=* *//')
+  s2=$(grep -m1 "RACECHECK SUMMARY" "$OUT/sanitize.log" | sed 's/=* *//')
+  s3=$(grep "ERROR SUMMARY" "$OUT/sanitize.log" | tail -n 1 | sed 's/=* *//')
+  w1=$(grep -m1 "sanitize workload (full" "$OUT/sanitize.log")
+  local status=ok
+  [[ "$rc1" == 0 && "$rc2" == 0 && "$rc3" == 0 ]] || status=FAIL
+  add_summary sanitize "$status" $((SECONDS - t)) "memcheck rc=$rc1 [$s1]; racecheck rc=$rc2 [$s2]; synccheck rc=$rc3 [$s3]"
+  EXTRA+=("  sanitize: ${w1:-memcheck workload did not finish (timeout?)}")
+}
+
+# ---------------------------------------------------------------------------
+# Run
+# ---------------------------------------------------------------------------
+unpack_carry
+for i in "${!stages[@]}"; do
+  s=${stages[$i]}
+  b=$(budget_for "$i")
+  if (( $(left) < 45 )); then
+    add_summary "$s" SKIP 0 "out of time (${CALL_LIMIT_S}s budget)"
+    continue
+  fi
+  case "$s" in
+    build) ensure_built || true ;;
+    test) stage_test "$b" ;;
+    bench) stage_bench "$b" ;;
+    bench2) stage_bench2 "$b" ;;
+    profile) stage_profile "$b" ;;
+    sanitize) stage_sanitize "$b" ;;
+  esac
+done
+
+summary="$(
+  echo
+  echo "==== device_session summary: ${stages[*]} | $((SECONDS - T0))s of ${CALL_LIMIT_S}s | $(date -u +%FT%TZ) ===="
+  printf '%-10s %-6s %6s  %s\n' stage status time note
+  for l in "${SUMMARY[@]}"; do echo "$l"; done
+  for l in "${EXTRA[@]}"; do echo "$l"; done
+)"
+echo "$summary" >"$OUT/summary.txt"
+# At most 8 files come back: if more are here, fold the logs into one archive.
+if (( $(find "$OUT" -type f | wc -l) > 8 )); then
+  (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+  say "more than 8 files in \$OUT: logs folded into logs.tgz"
+fi
+echo "$summary"
+echo "files: $(find "$OUT" -type f -printf '%P ' | sort)"

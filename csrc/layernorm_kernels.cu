@@ -793,10 +793,9 @@ void launch_rms_norm_cuda(const vllm_myops::RmsNormParams& p,
               static_cast<int>(p.dtype));
 }
 
-// Arguments are checked before any device guard exists: a check that throws
-// then unwinds through no guard (unwinding through an active guard crashed
-// the process on the H200 test run, see benchmarks/NOTES.md). The guard makes
-// input's device current for the launch and for finish()'s copy-backs.
+// Arguments are checked first (a failing check leaves the current device
+// untouched); the guard then makes input's device current for the launch and
+// for finish()'s copy-backs.
 void rms_norm_cuda(at::Tensor& result, const at::Tensor& input,
                    const std::optional<at::Tensor>& weight, double epsilon) {
   auto prepared = vllm_myops::prepare_rms_norm(result, input, weight, epsilon,

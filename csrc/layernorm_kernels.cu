@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -632,7 +633,7 @@ RowAddressing make_row_addressing(const RowLayout& layout, int64_t rows) {
   a.inner_stride = layout.inner_stride;
   if (layout.inner_rows > 1) {
     // The multiply-high division is exact for dividends below 2^31.
-    TORCH_CHECK(rows <= INT32_MAX, "rms_norm: ", rows,
+    TORCH_CHECK(rows <= INT32_MAX, "rms_norm: ", std::to_string(rows),
                 " rows in a two-level strided layout are more than the CUDA "
                 "kernels address (2^31 - 1); make the tensor contiguous");
     const auto d = static_cast<uint32_t>(layout.inner_rows);
@@ -688,8 +689,9 @@ bool kernel_binary_has_pdl_wait() {
 template <auto kKernel>
 void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
                    const RmsNormKernelArgs& args) {
-  TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX, "rms_norm: ", args.rows,
-              " rows of width ", args.width, " need ", blocks,
+  TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX, "rms_norm: ", std::to_string(args.rows),
+              " rows of width ", std::to_string(args.width), " need ",
+              std::to_string(blocks),
               " thread blocks, more than a CUDA grid holds");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -790,7 +792,7 @@ void launch_rms_norm_cuda(const vllm_myops::RmsNormParams& p,
         }
       });
   TORCH_CHECK(known_dtype, "rms_norm: unsupported dtype id ",
-              static_cast<int>(p.dtype));
+              std::to_string(static_cast<int>(p.dtype)));
 }
 
 // Arguments are checked first (a failing check leaves the current device

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <string>
 #include <limits>
 
 #include <ATen/MemoryOverlap.h>
@@ -10,6 +11,32 @@
 
 namespace vllm_myops {
 namespace {
+
+// Numbers in messages are formatted here (std::to_string, i.e. the C
+// library) rather than by streaming integers/doubles into c10::str: the H200
+// test run crashed inside the op exactly when a failing check's message
+// streamed a number from this library, and never when it streamed only text
+// (benchmarks/NOTES.md, "CUDA error-path crash").
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string s = std::to_string(v);
+  // "0.000010" -> "0.00001", "-1.000000" -> "-1"
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+std::string shape(c10::IntArrayRef dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) out += ", ";
+    out += num(dims[i]);
+  }
+  return out + "]";
+}
 
 const char* device_name(c10::DeviceType device) {
   return device == c10::DeviceType::CUDA ? "cuda" : "cpu";
@@ -65,8 +92,8 @@ void check_like_input(const char* op, const char* name, const at::Tensor& t,
               " must have the dtype of input (", input.scalar_type(), "), got ",
               t.scalar_type());
   TORCH_CHECK(t.sizes() == input.sizes(), op, ": ", name,
-              " must have the shape of input ", input.sizes(), ", got ",
-              t.sizes());
+              " must have the shape of input ", shape(input.sizes()), ", got ",
+              shape(t.sizes()));
 }
 
 // Returns a dense [width] weight or nullptr for "no scale".
@@ -81,10 +108,11 @@ const void* check_weight(const char* op, const std::optional<at::Tensor>& weight
               ": weight must have the dtype of input (", input.scalar_type(),
               "), got ", w.scalar_type());
   TORCH_CHECK(w.dim() == 1, op, ": weight must be 1-D [hidden_size=",
-              input.size(-1), "], got ", w.dim(), "-D shape ", w.sizes());
+              num(input.size(-1)), "], got ", num(w.dim()), "-D shape ",
+              shape(w.sizes()));
   TORCH_CHECK(w.size(0) == input.size(-1), op,
-              ": weight must have hidden_size=", input.size(-1),
-              " elements (the last dim of input), got ", w.size(0));
+              ": weight must have hidden_size=", num(input.size(-1)),
+              " elements (the last dim of input), got ", num(w.size(0)));
   // A strided weight is rare and tiny: one dense copy is cheaper than a
   // strided path in every kernel.
   at::Tensor dense = w.contiguous();
@@ -122,7 +150,7 @@ bool may_overlap(const at::Tensor& a, const at::Tensor& b) {
 
 void check_epsilon(const char* op, double epsilon) {
   TORCH_CHECK(std::isfinite(epsilon) && epsilon >= 0.0, op,
-              ": epsilon must be finite and >= 0, got ", epsilon);
+              ": epsilon must be finite and >= 0, got ", num(epsilon));
 }
 
 // Collapses the leading dims of `t` into at most two strided row levels.
@@ -205,8 +233,8 @@ PreparedRmsNorm prepare_rms_norm(at::Tensor& result, const at::Tensor& input,
   check_input(op, input);
   check_like_input(op, "result", result, input);
   TORCH_CHECK(result.is_contiguous(), op,
-              ": result must be contiguous, got strides ", result.strides(),
-              " for shape ", result.sizes());
+              ": result must be contiguous, got strides ", shape(result.strides()),
+              " for shape ", shape(result.sizes()));
   check_epsilon(op, epsilon);
   // Writing result in place of input is fine (each element is read before it
   // is written); a partial overlap would read already-normalised values.

@@ -351,9 +351,10 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
 #pragma unroll
       for (int k = 0; k < kVecsPerThread; ++k) {
         const int i = body_index(k);
-        w[k] = i < weight_vecs ? w_body.template load_bounded<LoadPath::kReadOnly>(
-                                     i, offset, weight_end)
-                               : zero_vec16<T>();
+        w[k] = i < weight_vecs
+                   ? w_body.template load_bounded<LoadPath::kReadOnly>(
+                         i, offset, weight_end)
+                   : zero_vec16<T>();
       }
     });
 #pragma unroll
@@ -689,9 +690,9 @@ bool kernel_binary_has_pdl_wait() {
 template <auto kKernel>
 void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
                    const RmsNormKernelArgs& args) {
-  TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX, "rms_norm: ", std::to_string(args.rows),
-              " rows of width ", std::to_string(args.width), " need ",
-              std::to_string(blocks),
+  TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX,
+              "rms_norm: ", std::to_string(args.rows), " rows of width ",
+              std::to_string(args.width), " need ", std::to_string(blocks),
               " thread blocks, more than a CUDA grid holds");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));

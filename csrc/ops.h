@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every host entry point of the extension, declared once.
 // Schemas live in torch_bindings.cpp; they match vLLM's so the ops are drop-in
 // replacements for torch.ops._C.*.

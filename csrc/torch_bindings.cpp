@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Op schemas and their per-device implementations. Kept thin: argument
 // checking lives in layernorm/layernorm_args.cpp, kernels in their own files.
 #include "core/registration.h"

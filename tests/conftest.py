@@ -45,14 +45,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "full: part of the full matrix only (deselected in the quick scope)"
     )
-    config.addinivalue_line("markers", "slow: takes more than a few seconds on a 2-core CPU")
+    config.addinivalue_line(
+        "markers", "slow: takes more than a few seconds on a 2-core CPU"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [f"vllm-myops test scope: {utils.current_scope()}; devices: {utils.devices()}"]
+    return [
+        f"vllm-myops test scope: {utils.current_scope()}; devices: {utils.devices()}"
+    ]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
     if utils.is_full_scope():
         return
     keep, drop = [], []
@@ -63,7 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+def pytest_make_parametrize_id(
+    config: pytest.Config, val: object, argname: str
+) -> str | None:
     # Readable ids: test_rms_norm[...-bfloat16-...] instead of dtype2.
     if isinstance(val, torch.dtype):
         return str(val).removeprefix("torch.")

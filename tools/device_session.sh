@@ -272,9 +272,12 @@ stage_test() {
   if [[ "${TEST_WORKERS:-4}" != 0 ]] && "$PY" -c "import xdist" 2>/dev/null; then
     xdist=(-n "${TEST_WORKERS:-4}")
   fi
-  say "test: VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels ${xdist[*]} (budget ${b}s, log test.log)"
+  # Extra pytest arguments, e.g. TEST_ARGS="-k cuda".
+  local test_args=()
+  read -r -a test_args <<<"${TEST_ARGS:-}"
+  say "test: VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels ${xdist[*]} ${test_args[*]} (budget ${b}s, log test.log)"
   VLLM_MYOPS_TEST_SCOPE=full timeout -s INT "$b" "$PY" -m pytest tests/kernels -q -rfE \
-    -p no:cacheprovider "${xdist[@]}" ${TEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | tail -n 25
+    -p no:cacheprovider "${xdist[@]}" "${test_args[@]}" 2>&1 | tee "$OUT/test.log" | tail -n 25
   rc=${PIPESTATUS[0]}
   line="$(grep -E "(passed|failed|error)" "$OUT/test.log" | tail -n 1)"
   [[ $rc -eq 124 || $rc -eq 130 ]] && line="TIMED OUT after ${b}s; $line"

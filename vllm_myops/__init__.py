@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm-myops: an out-of-tree vLLM plugin shipping its own CUDA and CPU kernels."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Thin Python wrappers over the compiled ops, one per op, out-style like
 vLLM's `vllm/_custom_ops.py`.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading of the compiled extension `vllm_myops._myops_C`.
 
 Importing the shared library runs its TORCH_LIBRARY initialisers, which

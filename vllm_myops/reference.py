@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """FP32 reference implementations of the ops and their tolerances by dtype.
 
 Slow but plainly correct torch code, kept next to the ops so a reader of a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Registration helpers shared by every translation unit that defines ops.
 // Mirrors vLLM's csrc/core/registration.h so ops move between the two trees
 // without edits.

@@ -155,7 +155,8 @@ void rms_norm_rows(const RmsNormParams& p, int64_t begin, int64_t end) {
 }  // namespace
 
 void MYOPS_ISA_CONCAT(rms_norm_rows_, CPU_CAPABILITY)(const RmsNormParams& p,
-                                            int64_t begin, int64_t end) {
+                                                      int64_t begin,
+                                                      int64_t end) {
 #if defined(MYOPS_USE_AVX2_KERNEL)
   avx2::rms_norm_rows(p, begin, end);
 #else

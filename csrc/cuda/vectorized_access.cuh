@@ -300,7 +300,8 @@ struct GranuleCursor {
             reinterpret_cast<const char*>(granules + i) + byte_offset);
         T e[Vec16<T>::kElems];
 #pragma unroll
-        for (int j = 0; j < Vec16<T>::kElems; ++j) e[j] = load_word<kPath>(p + j);
+        for (int j = 0; j < Vec16<T>::kElems; ++j)
+          e[j] = load_word<kPath>(p + j);
         Vec16<T> v;
         __builtin_memcpy(&v, e, sizeof(v));
         return v;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "layernorm/layernorm_args.h"
 
 #include <cmath>
@@ -58,9 +59,10 @@ DType to_dtype(c10::ScalarType t) {
 // The backend is chosen from all tensor arguments (CUDA wins over CPU), so a
 // mixed call arrives here with input on another device: name the tensor that
 // differs from input, which is the argument the caller got wrong as often.
-void check_devices(const char* op, const at::Tensor& input,
-                   std::initializer_list<std::pair<const char*, const at::Tensor*>> others,
-                   c10::DeviceType device) {
+void check_devices(
+    const char* op, const at::Tensor& input,
+    std::initializer_list<std::pair<const char*, const at::Tensor*>> others,
+    c10::DeviceType device) {
   TORCH_CHECK(input.defined(), op, ": input must be a defined tensor");
   for (const auto& [name, t] : others) {
     TORCH_CHECK(t == nullptr || !t->defined() || t->device() == input.device(),
@@ -68,8 +70,7 @@ void check_devices(const char* op, const at::Tensor& input,
                 input.device(), " but ", name, " is on ", t->device());
   }
   TORCH_CHECK(input.device().type() == device, op, ": input must be a ",
-              device_name(device), " tensor, got a tensor on ",
-              input.device());
+              device_name(device), " tensor, got a tensor on ", input.device());
 }
 
 void check_input(const char* op, const at::Tensor& input) {
@@ -97,7 +98,8 @@ void check_like_input(const char* op, const char* name, const at::Tensor& t,
 }
 
 // Returns a dense [width] weight or nullptr for "no scale".
-const void* check_weight(const char* op, const std::optional<at::Tensor>& weight,
+const void* check_weight(const char* op,
+                         const std::optional<at::Tensor>& weight,
                          const at::Tensor& input, PreparedRmsNorm& prepared) {
   if (!weight.has_value() || !weight->defined()) return nullptr;
   const at::Tensor& w = *weight;
@@ -107,9 +109,9 @@ const void* check_weight(const char* op, const std::optional<at::Tensor>& weight
   TORCH_CHECK(w.scalar_type() == input.scalar_type(), op,
               ": weight must have the dtype of input (", input.scalar_type(),
               "), got ", w.scalar_type());
-  TORCH_CHECK(w.dim() == 1, op, ": weight must be 1-D [hidden_size=",
-              num(input.size(-1)), "], got ", num(w.dim()), "-D shape ",
-              shape(w.sizes()));
+  TORCH_CHECK(w.dim() == 1, op,
+              ": weight must be 1-D [hidden_size=", num(input.size(-1)),
+              "], got ", num(w.dim()), "-D shape ", shape(w.sizes()));
   TORCH_CHECK(w.size(0) == input.size(-1), op,
               ": weight must have hidden_size=", num(input.size(-1)),
               " elements (the last dim of input), got ", num(w.size(0)));
@@ -125,7 +127,8 @@ std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
   int64_t last = 0;
   for (int64_t i = 0; i < t.dim(); ++i) last += (t.size(i) - 1) * t.stride(i);
   const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
-  return {first, first + static_cast<uintptr_t>((last + 1) * t.element_size()) - 1};
+  return {first,
+          first + static_cast<uintptr_t>((last + 1) * t.element_size()) - 1};
 }
 
 // True unless a and b provably share no element. ATen answers "too hard"
@@ -233,14 +236,15 @@ PreparedRmsNorm prepare_rms_norm(at::Tensor& result, const at::Tensor& input,
   check_input(op, input);
   check_like_input(op, "result", result, input);
   TORCH_CHECK(result.is_contiguous(), op,
-              ": result must be contiguous, got strides ", shape(result.strides()),
-              " for shape ", shape(result.sizes()));
+              ": result must be contiguous, got strides ",
+              shape(result.strides()), " for shape ", shape(result.sizes()));
   check_epsilon(op, epsilon);
   // Writing result in place of input is fine (each element is read before it
   // is written); a partial overlap would read already-normalised values.
-  TORCH_CHECK(at::get_overlap_status(result, input) == at::MemOverlapStatus::Full ||
-                  !may_overlap(result, input),
-              op, ": result must not partially overlap input");
+  TORCH_CHECK(
+      at::get_overlap_status(result, input) == at::MemOverlapStatus::Full ||
+          !may_overlap(result, input),
+      op, ": result must not partially overlap input");
   fill_shape(prepared, input, epsilon);
   prepared.params.weight = check_weight(op, weight, input, prepared);
   if (prepared.empty()) return prepared;
@@ -258,9 +262,10 @@ PreparedRmsNorm prepare_fused_add_rms_norm(
     c10::DeviceType device) {
   constexpr const char* op = "fused_add_rms_norm";
   PreparedRmsNorm prepared;
-  check_devices(op, input,
-                {{"residual", &residual}, {"weight", weight ? &*weight : nullptr}},
-                device);
+  check_devices(
+      op, input,
+      {{"residual", &residual}, {"weight", weight ? &*weight : nullptr}},
+      device);
   check_input(op, input);
   check_like_input(op, "residual", residual, input);
   check_epsilon(op, epsilon);

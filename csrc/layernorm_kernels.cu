@@ -38,6 +38,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/dispatch_utils.cuh"
 #include "cuda/reduction_utils.cuh"
 #include "cuda/vectorized_access.cuh"
@@ -266,11 +267,19 @@ __device__ __forceinline__ float inverse_rms(float sumsq, int64_t width,
 // ops), and all loads of a thread are in flight together.
 // group_sum(v) must return the sum of v over the group.
 
+// kStagedWeight (block-per-row kernels only): the weight's body goes to
+// shared memory by cp.async, issued with the row's loads, and is read from
+// there in the output pass. It then holds no registers while the row's loads
+// are in flight, so more rows fit on an SM, which is what many-row batches
+// need. `staged` is the block's shared buffer (see staged_weight_bytes).
+// Fused add with 8 vectors per thread without staging loads the weight
+// after the add: x, residual and weight would need more than the 128
+// registers a 512-thread block allows.
 template <typename T, int kVecsPerThread, int kEdgeSlots, Variant kVariant,
-          typename GroupSum>
+          bool kStagedWeight, typename GroupSum>
 __device__ __forceinline__ void rms_norm_row_in_registers(
     const RmsNormKernelArgs& p, int64_t row, bool row_active, int rank,
-    int group_size, GroupSum&& group_sum) {
+    int group_size, uint4* staged, GroupSum&& group_sum) {
   using Vec = Vec16<T>;
   constexpr int kVecElems = Vec::kElems;
   constexpr int kMinAlign = sizeof(T);
@@ -340,35 +349,55 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
   // two aligned granule loads and a funnel shift (the weight is read-only and
   // L1-resident). Without a weight nothing is loaded (zeros).
   const bool has_weight = ptr.weight != nullptr;
-  Vec w[kVecsPerThread];
+  const T* weight = ptr.weight;
+  const cuda::GranuleCursor<T> w_body(weight + split.head);
+  const int weight_vecs = has_weight ? split.body_vecs : 0;
+  Vec w[kStagedWeight ? 1 : kVecsPerThread];
   T w_edge[kEdgeSlots];
-  auto load_weight = [&] {
-    const int weight_vecs = has_weight ? split.body_vecs : 0;
+  auto load_weight_edges = [&] {
     const int weight_edges = has_weight ? num_edges : 0;
-    const cuda::GranuleCursor<T> w_body(ptr.weight + split.head);
-    const T* weight_end = ptr.weight + p.width;
-    cuda::with_granule_offset(w_body.byte_offset, [&](auto offset) {
-#pragma unroll
-      for (int k = 0; k < kVecsPerThread; ++k) {
-        const int i = body_index(k);
-        w[k] = i < weight_vecs
-                   ? w_body.template load_bounded<LoadPath::kReadOnly>(
-                         i, offset, weight_end)
-                   : zero_vec16<T>();
-      }
-    });
 #pragma unroll
     for (int s = 0; s < kEdgeSlots; ++s) {
       const int e = edge_index(s);
       w_edge[s] = e < weight_edges ? cuda::load_element<LoadPath::kReadOnly>(
-                                         ptr.weight + edge_column(e))
+                                         weight + edge_column(e))
                                    : cuda::from_float<T>(0.f);
     }
   };
-  // x, residual and weight of 8 vectors per thread would need more than the
-  // 128 registers a 512-thread block allows; the weight then waits for the
-  // add and its latency overlaps the reduction instead.
-  constexpr bool kLoadWeightWithInputs = !(kFused && kVecsPerThread >= 8);
+  auto load_weight = [&] {
+    if constexpr (!kStagedWeight) {
+      const cuda::GranuleCursor<T> body(weight + split.head);
+      const T* weight_end = weight + p.width;
+      cuda::with_granule_offset(body.byte_offset, [&](auto offset) {
+#pragma unroll
+        for (int k = 0; k < kVecsPerThread; ++k) {
+          const int i = body_index(k);
+          w[k] = i < weight_vecs
+                     ? body.template load_bounded<LoadPath::kReadOnly>(
+                           i, offset, weight_end)
+                     : zero_vec16<T>();
+        }
+      });
+    }
+    load_weight_edges();
+  };
+  if constexpr (kStagedWeight) {
+    // The granules that hold the body's windows; the last copy stops at the
+    // weight's end and zero-fills (nothing past the tensor is read).
+    const int granules =
+        has_weight ? weight_vecs + (w_body.byte_offset != 0 ? 1 : 0) : 0;
+    const char* weight_end = reinterpret_cast<const char*>(weight + p.width);
+    for (int g = rank; g < granules; g += group_size) {
+      const char* src = reinterpret_cast<const char*>(w_body.granules + g);
+      const int64_t left = weight_end - src;
+      cuda::cp_async_16B_zero_fill(staged + g, src,
+                                   left < 16 ? static_cast<int>(left) : 16);
+    }
+    cuda::cp_async_commit();
+    load_weight_edges();
+  }
+  constexpr bool kLoadWeightWithInputs =
+      !kStagedWeight && !(kFused && kVecsPerThread >= 8);
   if constexpr (kLoadWeightWithInputs) load_weight();
   allow_dependent_grids_to_launch();
 
@@ -398,8 +427,6 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
     }
   }
 
-  if constexpr (!kLoadWeightWithInputs) load_weight();
-
   // -- reduction (slots that hold no data are zero) --
   float partial[kVecsPerThread];
 #pragma unroll
@@ -417,13 +444,38 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
     const float f = cuda::to_float(edge[s]);
     sumsq = fmaf(f, f, sumsq);
   }
+  if constexpr (!kLoadWeightWithInputs && !kStagedWeight) {
+    // Fused add at 8 vectors: the residual's registers are free now. The
+    // empty asm makes the weight's address depend on sumsq, so the compiler
+    // cannot hoist these loads above the add; their latency overlaps the
+    // group reduction.
+    asm volatile("" : "+l"(weight) : "f"(sumsq));
+    load_weight();
+  }
+  // The staged weight is complete once every thread's copies are (the
+  // block reduction's barrier publishes them to the whole block).
+  if constexpr (kStagedWeight) cuda::cp_async_wait_all();
   const float inv_rms = inverse_rms(group_sum(sumsq), p.width, p.epsilon);
 
   // -- output --
+  if constexpr (kStagedWeight) {
+    cuda::with_granule_offset(w_body.byte_offset, [&](auto offset) {
 #pragma unroll
-  for (int k = 0; k < kVecsPerThread; ++k) {
-    v[k] = normalize(v[k], inv_rms);
-    if (has_weight) v[k] = scale(v[k], w[k]);
+      for (int k = 0; k < kVecsPerThread; ++k) {
+        v[k] = normalize(v[k], inv_rms);
+        const int i = body_index(k);
+        if (has_weight && i < weight_vecs) {
+          v[k] = scale(v[k], cuda::window_of_staged_granules<T>(
+                                 staged, i, offset, w_body.bit_shift));
+        }
+      }
+    });
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVecsPerThread; ++k) {
+      v[k] = normalize(v[k], inv_rms);
+      if (has_weight) v[k] = scale(v[k], w[k]);
+    }
   }
   T* out_body = ptr.out + split.head;
   cuda::with_alignment<kMinAlign>(
@@ -460,21 +512,59 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads)
   // Lanes of rows past the end still join the shuffles (full-mask), with no
   // memory access.
   rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kLanesPerRow),
-                            kVariant>(
+                            kVariant, /*kStagedWeight=*/false>(
       p, row, row < p.rows, threadIdx.x % kLanesPerRow, kLanesPerRow,
-      [](float v) { return cuda::warp_group_sum<kLanesPerRow>(v); });
+      /*staged=*/nullptr, [](float v) { return cuda::warp_group_sum<kLanesPerRow>(v); });
 }
 
 // One row per block of blockDim.x <= kMaxThreads threads, each holding up to
-// kVecsPerThread vectors.
-template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant>
+// kVecsPerThread vectors. kStagedWeight: launched with staged_weight_bytes()
+// of dynamic shared memory.
+template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
+          bool kStagedWeight>
+__device__ __forceinline__ void rms_norm_block_row(const RmsNormKernelArgs& p) {
+  __shared__ cuda::BlockSumStorage<kMaxThreads> reduce_storage;
+  extern __shared__ uint4 staged_weight[];
+  rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kWarpSize),
+                            kVariant, kStagedWeight>(
+      p, blockIdx.x, true, threadIdx.x, blockDim.x,
+      kStagedWeight ? staged_weight : nullptr,
+      [&](float v) { return cuda::block_sum(v, reduce_storage); });
+}
+
+// One row per block of blockDim.x <= kMaxThreads threads, each holding up to
+// kVecsPerThread vectors. kStagedWeight: launched with staged_weight_bytes()
+// of dynamic shared memory.
+template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
+          bool kStagedWeight>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_block_row_kernel(const RmsNormKernelArgs p) {
-  __shared__ cuda::BlockSumStorage<kMaxThreads> reduce_storage;
-  rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kWarpSize),
-                            kVariant>(
-      p, blockIdx.x, true, threadIdx.x, blockDim.x,
-      [&](float v) { return cuda::block_sum(v, reduce_storage); });
+  rms_norm_block_row<T, kVecsPerThread, kMaxThreads, kVariant, kStagedWeight>(
+      p);
+}
+
+// The 8-vector block kernel with a staged weight. Left alone, the compiler
+// reads all 8 weight vectors from shared memory at once and keeps the 122-128
+// registers of the register-weight kernel; capped, it reads them a vector at
+// a time and 5-7 instead of 4-5 rows fit on an SM (5120-8192-wide bf16 rows).
+// At 96 the bf16/fp16 kernels spill 6 bytes (a value, once per row), which
+// the compile check allows for *_capped_kernel; fused add would spill far
+// more, so it keeps the register-weight kernel.
+constexpr int kStagedWideMaxRegisters = 96;
+#if defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 ||     \
+     (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+  #define VLLM_MYOPS_MAX_REGISTERS(n) __maxnreg__(n)
+#else
+  #define VLLM_MYOPS_MAX_REGISTERS(n)  // nvcc < 12.4: uncapped
+#endif
+
+// (__maxnreg__ excludes __launch_bounds__; blocks are <= 512 threads.)
+template <typename T, Variant kVariant>
+__global__ void VLLM_MYOPS_MAX_REGISTERS(kStagedWideMaxRegisters)
+    rms_norm_block_row_staged_capped_kernel(const RmsNormKernelArgs p) {
+  static_assert(kVariant != Variant::kFusedAdd);
+  rms_norm_block_row<T, 8, 512, kVariant, true>(p);
 }
 
 // ---- Rows too wide for registers --------------------------------------------
@@ -689,7 +779,7 @@ bool kernel_binary_has_pdl_wait() {
 
 template <auto kKernel>
 void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
-                   const RmsNormKernelArgs& args) {
+                   const RmsNormKernelArgs& args, size_t shared_bytes = 0) {
   TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX,
               "rms_norm: ", std::to_string(args.rows), " rows of width ",
               std::to_string(args.width), " need ", std::to_string(blocks),
@@ -697,7 +787,7 @@ void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   cudaLaunchAttribute pdl;
   if (pdl_allowed_on_current_device() &&
@@ -730,14 +820,69 @@ void launch_warp_rows(const RmsNormKernelArgs& args, cudaStream_t stream) {
       args);
 }
 
-template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant>
+// Batches of at least this many rows per SM use the block-per-row kernels
+// that stage the weight in shared memory: they have more rows than the
+// register-weight kernels keep resident at once, so occupancy sets their
+// time rather than per-row latency (staging adds a shared-memory round trip
+// per row). VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS=N overrides the threshold with
+// N rows (0: always staged), for A/B timing.
+constexpr int64_t kStagedWeightMinRowsPerSM = 4;
+
+int64_t staged_weight_min_rows() {
+  static const int64_t from_env = [] {
+    const char* v = std::getenv("VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS");
+    if (v == nullptr || v[0] == '\0') return int64_t{-1};
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    TORCH_CHECK(end != v && *end == '\0' && n >= 0,
+                "VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS must be a non-negative "
+                "integer, got '",
+                std::string(v), "'");
+    return static_cast<int64_t>(n);
+  }();
+  if (from_env >= 0) return from_env;
+  return kStagedWeightMinRowsPerSM *
+         at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+}
+
+// Shared memory for a staged weight row: the granules of a row's body
+// windows (at most width / vector + 1). Kept within the 48 KiB a kernel gets
+// without opting in (cudaFuncSetAttribute per device), i.e. rows of up to
+// 3071 vectors; wider rows keep the weight in registers.
+constexpr size_t kMaxStagedWeightBytes = 48 * 1024;
+
+template <typename T>
+size_t staged_weight_bytes(int64_t width) {
+  return static_cast<size_t>(width / Vec16<T>::kElems + 1) * sizeof(uint4);
+}
+
+// kStagedWeightVariant: also built with the weight staged in shared memory,
+// used for large batches.
+template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
+          bool kStagedWeightVariant = true>
 void launch_block_row(const RmsNormKernelArgs& args, int64_t row_vecs,
                       cudaStream_t stream) {
   const int64_t threads =
       ceil_div(ceil_div(row_vecs, kVecsPerThread), kWarpSize) * kWarpSize;
   TORCH_INTERNAL_ASSERT(threads > 0 && threads <= kMaxThreads);
-  launch_kernel<
-      rms_norm_block_row_kernel<T, kVecsPerThread, kMaxThreads, kVariant>>(
+  if constexpr (kStagedWeightVariant) {
+    const size_t shared_bytes = staged_weight_bytes<T>(args.width);
+    if (args.weight != nullptr && shared_bytes <= kMaxStagedWeightBytes &&
+        args.rows >= staged_weight_min_rows()) {
+      if constexpr (kVecsPerThread == 8) {
+        static_assert(kMaxThreads == 512);
+        return launch_kernel<
+            rms_norm_block_row_staged_capped_kernel<T, kVariant>>(
+            args.rows, static_cast<int>(threads), stream, args, shared_bytes);
+      } else {
+        return launch_kernel<rms_norm_block_row_kernel<
+            T, kVecsPerThread, kMaxThreads, kVariant, true>>(
+            args.rows, static_cast<int>(threads), stream, args, shared_bytes);
+      }
+    }
+  }
+  launch_kernel<rms_norm_block_row_kernel<T, kVecsPerThread, kMaxThreads,
+                                          kVariant, false>>(
       args.rows, static_cast<int>(threads), stream, args);
 }
 
@@ -757,14 +902,22 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   // register arrays) measured 1-15% faster on H200 with 4 vectors over up to
   // 640 threads instead of 8 (benchmarks/NOTES.md, v2); plain rms_norm
   // measured slower that way, so it keeps 8.
-  if (row_vecs <= 256)
-    return launch_block_row<T, 2, 128, kVariant>(args, row_vecs, stream);
+  // At two vectors per thread the weight's registers are too few to matter.
+  if (row_vecs <= 256) {
+    return launch_block_row<T, 2, 128, kVariant, false>(args, row_vecs,
+                                                        stream);
+  }
   if (row_vecs <= 512)
     return launch_block_row<T, 4, 128, kVariant>(args, row_vecs, stream);
-  if (kVariant == Variant::kFusedAdd && row_vecs <= 4 * 640)
-    return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
+  if constexpr (kVariant == Variant::kFusedAdd) {
+    if (row_vecs <= 4 * 640)
+      return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
+  }
   if (row_vecs <= 8 * 512) {
-    return launch_block_row<T, 8, 512, kVariant>(args, row_vecs, stream);
+    // Fused add keeps its weight in registers (loaded after the add).
+    constexpr bool kStaged = kVariant != Variant::kFusedAdd;
+    return launch_block_row<T, 8, 512, kVariant, kStaged>(args, row_vecs,
+                                                          stream);
   }
   launch_kernel<rms_norm_looped_row_kernel<T, kVariant>>(
       args.rows, kLoopedRowThreads, stream, args);

@@ -1237,7 +1237,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--save", help="write results JSON here")
     ap.add_argument(
-        "--plot", help="write a PNG here (% of floor and of ceiling per shape)"
+        "--plot", help="write a PNG here (%% of floor and of ceiling per shape)"
     )
     ap.add_argument(
         "--compare",

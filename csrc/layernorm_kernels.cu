@@ -268,10 +268,11 @@ __device__ __forceinline__ float inverse_rms(float sumsq, int64_t width,
 // group_sum(v) must return the sum of v over the group.
 
 // kStagedWeight (block-per-row kernels only): the weight's body goes to
-// shared memory by cp.async, issued with the row's loads, and is read from
-// there in the output pass. It then holds no registers while the row's loads
-// are in flight, so more rows fit on an SM, which is what many-row batches
-// need. `staged` is the block's shared buffer (see staged_weight_bytes).
+// shared memory as aligned granules by cp.async, issued with the row's
+// loads, and the output pass reads its windows from there (one global load
+// per vector instead of two plus a bounds check for a misaligned weight).
+// `staged` is the block's shared buffer (see staged_weight_bytes); when it
+// is used: use_staged_weight.
 // Fused add with 8 vectors per thread without staging loads the weight
 // after the add: x, residual and weight would need more than the 128
 // registers a 512-thread block allows.
@@ -359,9 +360,10 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
 #pragma unroll
     for (int s = 0; s < kEdgeSlots; ++s) {
       const int e = edge_index(s);
-      w_edge[s] = e < weight_edges ? cuda::load_element<LoadPath::kReadOnly>(
-                                         weight + edge_column(e))
-                                   : cuda::from_float<T>(0.f);
+      w_edge[s] =
+          e < weight_edges
+              ? cuda::load_element<LoadPath::kReadOnly>(weight + edge_column(e))
+              : cuda::from_float<T>(0.f);
     }
   };
   auto load_weight = [&] {
@@ -382,16 +384,29 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
     load_weight_edges();
   };
   if constexpr (kStagedWeight) {
-    // The granules that hold the body's windows; the last copy stops at the
-    // weight's end and zero-fills (nothing past the tensor is read).
+    // The granules that hold the body's windows.
     const int granules =
         has_weight ? weight_vecs + (w_body.byte_offset != 0 ? 1 : 0) : 0;
     const char* weight_end = reinterpret_cast<const char*>(weight + p.width);
     for (int g = rank; g < granules; g += group_size) {
       const char* src = reinterpret_cast<const char*>(w_body.granules + g);
       const int64_t left = weight_end - src;
-      cuda::cp_async_16B_zero_fill(staged + g, src,
-                                   left < 16 ? static_cast<int>(left) : 16);
+      if (left >= 16) {
+        cuda::cp_async_16B(staged + g, src);
+      } else {
+        // The granule that holds the weight's end: element loads, so no
+        // byte past it is read (a 16-byte copy with a 'src-size' operand
+        // still counts as a 16-byte read for compute-sanitizer).
+        const T* src_elems = reinterpret_cast<const T*>(src);
+        T e[kVecElems];
+#pragma unroll
+        for (int j = 0; j < kVecElems; ++j) {
+          e[j] = j * static_cast<int64_t>(sizeof(T)) < left
+                     ? cuda::load_element<LoadPath::kReadOnly>(src_elems + j)
+                     : cuda::from_float<T>(0.f);
+        }
+        __builtin_memcpy(staged + g, e, sizeof(uint4));
+      }
     }
     cuda::cp_async_commit();
     load_weight_edges();
@@ -514,7 +529,8 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads)
   rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kLanesPerRow),
                             kVariant, /*kStagedWeight=*/false>(
       p, row, row < p.rows, threadIdx.x % kLanesPerRow, kLanesPerRow,
-      /*staged=*/nullptr, [](float v) { return cuda::warp_group_sum<kLanesPerRow>(v); });
+      /*staged=*/nullptr,
+      [](float v) { return cuda::warp_group_sum<kLanesPerRow>(v); });
 }
 
 // One row per block of blockDim.x <= kMaxThreads threads, each holding up to
@@ -541,30 +557,6 @@ __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_block_row_kernel(const RmsNormKernelArgs p) {
   rms_norm_block_row<T, kVecsPerThread, kMaxThreads, kVariant, kStagedWeight>(
       p);
-}
-
-// The 8-vector block kernel with a staged weight. Left alone, the compiler
-// reads all 8 weight vectors from shared memory at once and keeps the 122-128
-// registers of the register-weight kernel; capped, it reads them a vector at
-// a time and 5-7 instead of 4-5 rows fit on an SM (5120-8192-wide bf16 rows).
-// At 96 the bf16/fp16 kernels spill 6 bytes (a value, once per row), which
-// the compile check allows for *_capped_kernel; fused add would spill far
-// more, so it keeps the register-weight kernel.
-constexpr int kStagedWideMaxRegisters = 96;
-#if defined(__CUDACC_VER_MAJOR__) && \
-    (__CUDACC_VER_MAJOR__ > 12 ||     \
-     (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
-  #define VLLM_MYOPS_MAX_REGISTERS(n) __maxnreg__(n)
-#else
-  #define VLLM_MYOPS_MAX_REGISTERS(n)  // nvcc < 12.4: uncapped
-#endif
-
-// (__maxnreg__ excludes __launch_bounds__; blocks are <= 512 threads.)
-template <typename T, Variant kVariant>
-__global__ void VLLM_MYOPS_MAX_REGISTERS(kStagedWideMaxRegisters)
-    rms_norm_block_row_staged_capped_kernel(const RmsNormKernelArgs p) {
-  static_assert(kVariant != Variant::kFusedAdd);
-  rms_norm_block_row<T, 8, 512, kVariant, true>(p);
 }
 
 // ---- Rows too wide for registers --------------------------------------------
@@ -820,29 +812,62 @@ void launch_warp_rows(const RmsNormKernelArgs& args, cudaStream_t stream) {
       args);
 }
 
-// Batches of at least this many rows per SM use the block-per-row kernels
-// that stage the weight in shared memory: they have more rows than the
-// register-weight kernels keep resident at once, so occupancy sets their
-// time rather than per-row latency (staging adds a shared-memory round trip
-// per row). VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS=N overrides the threshold with
-// N rows (0: always staged), for A/B timing.
-constexpr int64_t kStagedWeightMinRowsPerSM = 4;
+// When the block-per-row kernels stage the weight in shared memory. Measured
+// on H200 (benchmarks/NOTES.md, v3): staging is 18-23% faster for small
+// batches whose weight is not 16-byte aligned with the rows (5125-wide bf16
+// at 16 rows: every row takes the weight's funnel-shift path), 12-25% slower
+// for small aligned batches (one more shared-memory round trip per row), and
+// within -4..+7% for large batches, where it was meant to help by freeing
+// registers (it did not). So: staged for fewer than 4 rows per SM with a
+// misaligned weight phase. VLLM_MYOPS_STAGED_WEIGHT=always|never overrides
+// that, for A/B timing and for the tests.
+enum class StagedWeightPolicy { kAuto, kAlways, kNever };
 
-int64_t staged_weight_min_rows() {
-  static const int64_t from_env = [] {
-    const char* v = std::getenv("VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS");
-    if (v == nullptr || v[0] == '\0') return int64_t{-1};
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    TORCH_CHECK(end != v && *end == '\0' && n >= 0,
-                "VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS must be a non-negative "
-                "integer, got '",
+StagedWeightPolicy staged_weight_policy() {
+  static const StagedWeightPolicy policy = [] {
+    const char* v = std::getenv("VLLM_MYOPS_STAGED_WEIGHT");
+    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "auto") == 0) {
+      return StagedWeightPolicy::kAuto;
+    }
+    if (std::strcmp(v, "always") == 0) return StagedWeightPolicy::kAlways;
+    if (std::strcmp(v, "never") == 0) return StagedWeightPolicy::kNever;
+    TORCH_CHECK(false,
+                "VLLM_MYOPS_STAGED_WEIGHT must be auto, always or never, got '",
                 std::string(v), "'");
-    return static_cast<int64_t>(n);
   }();
-  if (from_env >= 0) return from_env;
-  return kStagedWeightMinRowsPerSM *
-         at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return policy;
+}
+
+constexpr int64_t kStagedWeightMaxRowsPerSM = 4;
+
+// True when some row's 16-byte phase differs from the weight's, i.e. the
+// weight takes the funnel-shift path.
+bool weight_phase_differs_from_rows(const RmsNormKernelArgs& args, int esize) {
+  const auto offset = reinterpret_cast<uintptr_t>(args.in) -
+                      reinterpret_cast<uintptr_t>(args.weight);
+  uint64_t bits = static_cast<uint64_t>(offset) |
+                  static_cast<uint64_t>(args.in_rows.outer_stride * esize);
+  if (args.in_rows.inner_rows > 1) {
+    bits |= static_cast<uint64_t>(args.in_rows.inner_stride * esize);
+  }
+  return (bits & 15u) != 0;
+}
+
+template <typename T>
+bool use_staged_weight(const RmsNormKernelArgs& args) {
+  if (args.weight == nullptr) return false;
+  switch (staged_weight_policy()) {
+    case StagedWeightPolicy::kAlways:
+      return true;
+    case StagedWeightPolicy::kNever:
+      return false;
+    case StagedWeightPolicy::kAuto:
+      break;
+  }
+  const int64_t sms =
+      at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return args.rows < kStagedWeightMaxRowsPerSM * sms &&
+         weight_phase_differs_from_rows(args, sizeof(T));
 }
 
 // Shared memory for a staged weight row: the granules of a row's body
@@ -856,8 +881,8 @@ size_t staged_weight_bytes(int64_t width) {
   return static_cast<size_t>(width / Vec16<T>::kElems + 1) * sizeof(uint4);
 }
 
-// kStagedWeightVariant: also built with the weight staged in shared memory,
-// used for large batches.
+// kStagedWeightVariant: also built with the weight staged in shared memory
+// (see use_staged_weight).
 template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
           bool kStagedWeightVariant = true>
 void launch_block_row(const RmsNormKernelArgs& args, int64_t row_vecs,
@@ -867,18 +892,10 @@ void launch_block_row(const RmsNormKernelArgs& args, int64_t row_vecs,
   TORCH_INTERNAL_ASSERT(threads > 0 && threads <= kMaxThreads);
   if constexpr (kStagedWeightVariant) {
     const size_t shared_bytes = staged_weight_bytes<T>(args.width);
-    if (args.weight != nullptr && shared_bytes <= kMaxStagedWeightBytes &&
-        args.rows >= staged_weight_min_rows()) {
-      if constexpr (kVecsPerThread == 8) {
-        static_assert(kMaxThreads == 512);
-        return launch_kernel<
-            rms_norm_block_row_staged_capped_kernel<T, kVariant>>(
-            args.rows, static_cast<int>(threads), stream, args, shared_bytes);
-      } else {
-        return launch_kernel<rms_norm_block_row_kernel<
-            T, kVecsPerThread, kMaxThreads, kVariant, true>>(
-            args.rows, static_cast<int>(threads), stream, args, shared_bytes);
-      }
+    if (shared_bytes <= kMaxStagedWeightBytes && use_staged_weight<T>(args)) {
+      return launch_kernel<rms_norm_block_row_kernel<
+          T, kVecsPerThread, kMaxThreads, kVariant, true>>(
+          args.rows, static_cast<int>(threads), stream, args, shared_bytes);
     }
   }
   launch_kernel<rms_norm_block_row_kernel<T, kVecsPerThread, kMaxThreads,
@@ -904,8 +921,7 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   // measured slower that way, so it keeps 8.
   // At two vectors per thread the weight's registers are too few to matter.
   if (row_vecs <= 256) {
-    return launch_block_row<T, 2, 128, kVariant, false>(args, row_vecs,
-                                                        stream);
+    return launch_block_row<T, 2, 128, kVariant, false>(args, row_vecs, stream);
   }
   if (row_vecs <= 512)
     return launch_block_row<T, 4, 128, kVariant>(args, row_vecs, stream);
@@ -914,10 +930,7 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
       return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
   }
   if (row_vecs <= 8 * 512) {
-    // Fused add keeps its weight in registers (loaded after the add).
-    constexpr bool kStaged = kVariant != Variant::kFusedAdd;
-    return launch_block_row<T, 8, 512, kVariant, kStaged>(args, row_vecs,
-                                                          stream);
+    return launch_block_row<T, 8, 512, kVariant>(args, row_vecs, stream);
   }
   launch_kernel<rms_norm_looped_row_kernel<T, kVariant>>(
       args.rows, kLoopedRowThreads, stream, args);

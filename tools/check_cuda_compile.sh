@@ -6,8 +6,7 @@
 # flags of the real build, against CUDA-enabled torch headers fetched once into
 # a cache. Fails on any compile error and on any kernel that spills registers
 # or needs a stack frame (both are silent performance bugs in a memory-bound
-# kernel), except up to 16 bytes in kernels with a deliberate register cap
-# (*_capped_kernel). No linking, nothing runs on a GPU.
+# kernel). No linking, nothing runs on a GPU.
 #
 #   CUDA_CHECK_ARCHS   archs to compile for (default "80 90a"; e.g. "80 86 89 90a")
 #   VLLM_MYOPS_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/vllm-myops)
@@ -137,25 +136,11 @@ for arch in "${archs[@]}"; do
     fi
     # ptxas -v prints, per function: "Function properties for NAME" followed by
     # "N bytes stack frame, N bytes spill stores, N bytes spill loads".
-    # Kernels with a deliberate register cap (named *_capped_kernel) may
-    # spill up to 16 bytes (a value or two, once per row); that is reported,
-    # anything more fails.
     bad="$(awk '
       /Function properties for/ { fn = $NF }
       /bytes stack frame/ {
-        if ($1 == 0 && $5 == 0 && $9 == 0) next
-        if (fn ~ /_capped_kernel/ && $1 <= 16 && $5 <= 16 && $9 <= 16) next
-        print "  " fn ": " $0
+        if ($1 != 0 || $5 != 0 || $9 != 0) print "  " fn ": " $0
       }' "$ptxas_log")"
-    capped="$(awk '
-      /Function properties for/ { fn = $NF }
-      /bytes stack frame/ {
-        if (fn ~ /_capped_kernel/ && ($1 != 0 || $5 != 0 || $9 != 0)) print "  " fn ": " $0
-      }' "$ptxas_log")"
-    if [[ -n "$capped" ]]; then
-      echo "[cuda-check] $src (sm_$arch): register-capped kernels with small spills (allowed, <= 16 bytes):"
-      if command -v c++filt >/dev/null; then echo "$capped" | c++filt; else echo "$capped"; fi
-    fi
     # Any other compiler warning output is shown, not fatal.
     grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' "$ptxas_log" || true
     log "  compiled in $((SECONDS - start)) s: $(grep -c 'Compiling entry function' "$ptxas_log") kernels"

@@ -9,19 +9,14 @@
 
 namespace vllm_myops::cuda {
 
-// Copies src_bytes (0..16) bytes from src (global, 16-byte aligned) to dst
-// (shared, 16-byte aligned) and zero-fills the rest of the 16 bytes; bytes
-// past src_bytes are never read, so a copy may end exactly at an
-// allocation's end. .ca: also cached in L1, for data every block of an SM
+// Copies 16 bytes from src (global, 16-byte aligned) to dst (shared,
+// 16-byte aligned). .ca: also cached in L1, for data every block of an SM
 // reads (a norm's weight).
-__device__ __forceinline__ void cp_async_16B_zero_fill(void* dst,
-                                                       const void* src,
-                                                       int src_bytes) {
+__device__ __forceinline__ void cp_async_16B(void* dst, const void* src) {
   const unsigned dst_shared =
       static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   dst_shared),
-               "l"(src), "r"(src_bytes)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst_shared),
+               "l"(src)
                : "memory");
 }
 

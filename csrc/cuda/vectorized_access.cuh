@@ -316,8 +316,7 @@ struct GranuleCursor {
 // GranuleOffset<W> from with_granule_offset(cursor.byte_offset, ...).
 template <typename T, int kWords>
 __device__ __forceinline__ Vec16<T> window_of_staged_granules(
-    const uint4* staged, int64_t i, GranuleOffset<kWords>,
-    unsigned bit_shift) {
+    const uint4* staged, int64_t i, GranuleOffset<kWords>, unsigned bit_shift) {
   const uint4 lo = staged[i];
   if constexpr (kWords < 0) {
     return vec16_from_bits<T>(lo);

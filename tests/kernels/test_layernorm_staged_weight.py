@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The CUDA block-per-row kernels have a second form for large batches that
-stages the weight in shared memory (csrc/layernorm_kernels.cu, chosen from
-VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS rows; default 4 per SM). The main tests
-reach it only at 4096 rows. This reruns the correctness tests of
-test_layernorm.py on CUDA with the threshold at 0, so every shape, layout,
-weight phase and dtype there also runs through the staged form. The variable
-is read once per process, hence the subprocess.
+"""The CUDA block-per-row kernels have a second form that stages the weight
+in shared memory (csrc/layernorm_kernels.cu; by default only for small
+batches whose weight is not 16-byte aligned with the rows, which the main
+tests reach at few shapes). This reruns the CUDA correctness tests of
+test_layernorm.py with VLLM_MYOPS_STAGED_WEIGHT=always, so every shape,
+layout, weight phase and dtype there also runs through the staged form. The
+variable is read once per process, hence the subprocess.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SELECTION = (
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_correct_with_staged_weight_for_every_batch() -> None:
     env = dict(os.environ)
-    env["VLLM_MYOPS_STAGED_WEIGHT_MIN_ROWS"] = "0"
+    env["VLLM_MYOPS_STAGED_WEIGHT"] = "always"
     env[SCOPE_ENV] = current_scope()
     repo_root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(

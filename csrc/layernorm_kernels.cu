@@ -38,7 +38,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include "cuda/async_copy.cuh"
 #include "cuda/dispatch_utils.cuh"
 #include "cuda/reduction_utils.cuh"
 #include "cuda/vectorized_access.cuh"
@@ -267,20 +266,11 @@ __device__ __forceinline__ float inverse_rms(float sumsq, int64_t width,
 // ops), and all loads of a thread are in flight together.
 // group_sum(v) must return the sum of v over the group.
 
-// kStagedWeight (block-per-row kernels only): the weight's body goes to
-// shared memory as aligned granules by cp.async, issued with the row's
-// loads, and the output pass reads its windows from there (one global load
-// per vector instead of two plus a bounds check for a misaligned weight).
-// `staged` is the block's shared buffer (see staged_weight_bytes); when it
-// is used: use_staged_weight.
-// Fused add with 8 vectors per thread without staging loads the weight
-// after the add: x, residual and weight would need more than the 128
-// registers a 512-thread block allows.
 template <typename T, int kVecsPerThread, int kEdgeSlots, Variant kVariant,
-          bool kStagedWeight, typename GroupSum>
+          typename GroupSum>
 __device__ __forceinline__ void rms_norm_row_in_registers(
     const RmsNormKernelArgs& p, int64_t row, bool row_active, int rank,
-    int group_size, uint4* staged, GroupSum&& group_sum) {
+    int group_size, GroupSum&& group_sum) {
   using Vec = Vec16<T>;
   constexpr int kVecElems = Vec::kElems;
   constexpr int kMinAlign = sizeof(T);
@@ -350,69 +340,35 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
   // two aligned granule loads and a funnel shift (the weight is read-only and
   // L1-resident). Without a weight nothing is loaded (zeros).
   const bool has_weight = ptr.weight != nullptr;
-  const T* weight = ptr.weight;
-  const cuda::GranuleCursor<T> w_body(weight + split.head);
-  const int weight_vecs = has_weight ? split.body_vecs : 0;
-  Vec w[kStagedWeight ? 1 : kVecsPerThread];
+  Vec w[kVecsPerThread];
   T w_edge[kEdgeSlots];
-  auto load_weight_edges = [&] {
+  auto load_weight = [&] {
+    const int weight_vecs = has_weight ? split.body_vecs : 0;
     const int weight_edges = has_weight ? num_edges : 0;
+    const cuda::GranuleCursor<T> w_body(ptr.weight + split.head);
+    const T* weight_end = ptr.weight + p.width;
+    cuda::with_granule_offset(w_body.byte_offset, [&](auto offset) {
+#pragma unroll
+      for (int k = 0; k < kVecsPerThread; ++k) {
+        const int i = body_index(k);
+        w[k] = i < weight_vecs
+                   ? w_body.template load_bounded<LoadPath::kReadOnly>(
+                         i, offset, weight_end)
+                   : zero_vec16<T>();
+      }
+    });
 #pragma unroll
     for (int s = 0; s < kEdgeSlots; ++s) {
       const int e = edge_index(s);
-      w_edge[s] =
-          e < weight_edges
-              ? cuda::load_element<LoadPath::kReadOnly>(weight + edge_column(e))
-              : cuda::from_float<T>(0.f);
+      w_edge[s] = e < weight_edges ? cuda::load_element<LoadPath::kReadOnly>(
+                                         ptr.weight + edge_column(e))
+                                   : cuda::from_float<T>(0.f);
     }
   };
-  auto load_weight = [&] {
-    if constexpr (!kStagedWeight) {
-      const cuda::GranuleCursor<T> body(weight + split.head);
-      const T* weight_end = weight + p.width;
-      cuda::with_granule_offset(body.byte_offset, [&](auto offset) {
-#pragma unroll
-        for (int k = 0; k < kVecsPerThread; ++k) {
-          const int i = body_index(k);
-          w[k] = i < weight_vecs
-                     ? body.template load_bounded<LoadPath::kReadOnly>(
-                           i, offset, weight_end)
-                     : zero_vec16<T>();
-        }
-      });
-    }
-    load_weight_edges();
-  };
-  if constexpr (kStagedWeight) {
-    // The granules that hold the body's windows.
-    const int granules =
-        has_weight ? weight_vecs + (w_body.byte_offset != 0 ? 1 : 0) : 0;
-    const char* weight_end = reinterpret_cast<const char*>(weight + p.width);
-    for (int g = rank; g < granules; g += group_size) {
-      const char* src = reinterpret_cast<const char*>(w_body.granules + g);
-      const int64_t left = weight_end - src;
-      if (left >= 16) {
-        cuda::cp_async_16B(staged + g, src);
-      } else {
-        // The granule that holds the weight's end: element loads, so no
-        // byte past it is read (a 16-byte copy with a 'src-size' operand
-        // still counts as a 16-byte read for compute-sanitizer).
-        const T* src_elems = reinterpret_cast<const T*>(src);
-        T e[kVecElems];
-#pragma unroll
-        for (int j = 0; j < kVecElems; ++j) {
-          e[j] = j * static_cast<int64_t>(sizeof(T)) < left
-                     ? cuda::load_element<LoadPath::kReadOnly>(src_elems + j)
-                     : cuda::from_float<T>(0.f);
-        }
-        __builtin_memcpy(staged + g, e, sizeof(uint4));
-      }
-    }
-    cuda::cp_async_commit();
-    load_weight_edges();
-  }
-  constexpr bool kLoadWeightWithInputs =
-      !kStagedWeight && !(kFused && kVecsPerThread >= 8);
+  // x, residual and weight of 8 vectors per thread would need more than the
+  // 128 registers a 512-thread block allows; the weight then waits for the
+  // add and its latency overlaps the reduction instead.
+  constexpr bool kLoadWeightWithInputs = !(kFused && kVecsPerThread >= 8);
   if constexpr (kLoadWeightWithInputs) load_weight();
   allow_dependent_grids_to_launch();
 
@@ -442,6 +398,8 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
     }
   }
 
+  if constexpr (!kLoadWeightWithInputs) load_weight();
+
   // -- reduction (slots that hold no data are zero) --
   float partial[kVecsPerThread];
 #pragma unroll
@@ -459,38 +417,13 @@ __device__ __forceinline__ void rms_norm_row_in_registers(
     const float f = cuda::to_float(edge[s]);
     sumsq = fmaf(f, f, sumsq);
   }
-  if constexpr (!kLoadWeightWithInputs && !kStagedWeight) {
-    // Fused add at 8 vectors: the residual's registers are free now. The
-    // empty asm makes the weight's address depend on sumsq, so the compiler
-    // cannot hoist these loads above the add; their latency overlaps the
-    // group reduction.
-    asm volatile("" : "+l"(weight) : "f"(sumsq));
-    load_weight();
-  }
-  // The staged weight is complete once every thread's copies are (the
-  // block reduction's barrier publishes them to the whole block).
-  if constexpr (kStagedWeight) cuda::cp_async_wait_all();
   const float inv_rms = inverse_rms(group_sum(sumsq), p.width, p.epsilon);
 
   // -- output --
-  if constexpr (kStagedWeight) {
-    cuda::with_granule_offset(w_body.byte_offset, [&](auto offset) {
 #pragma unroll
-      for (int k = 0; k < kVecsPerThread; ++k) {
-        v[k] = normalize(v[k], inv_rms);
-        const int i = body_index(k);
-        if (has_weight && i < weight_vecs) {
-          v[k] = scale(v[k], cuda::window_of_staged_granules<T>(
-                                 staged, i, offset, w_body.bit_shift));
-        }
-      }
-    });
-  } else {
-#pragma unroll
-    for (int k = 0; k < kVecsPerThread; ++k) {
-      v[k] = normalize(v[k], inv_rms);
-      if (has_weight) v[k] = scale(v[k], w[k]);
-    }
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    v[k] = normalize(v[k], inv_rms);
+    if (has_weight) v[k] = scale(v[k], w[k]);
   }
   T* out_body = ptr.out + split.head;
   cuda::with_alignment<kMinAlign>(
@@ -527,36 +460,21 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads)
   // Lanes of rows past the end still join the shuffles (full-mask), with no
   // memory access.
   rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kLanesPerRow),
-                            kVariant, /*kStagedWeight=*/false>(
+                            kVariant>(
       p, row, row < p.rows, threadIdx.x % kLanesPerRow, kLanesPerRow,
-      /*staged=*/nullptr,
       [](float v) { return cuda::warp_group_sum<kLanesPerRow>(v); });
 }
 
 // One row per block of blockDim.x <= kMaxThreads threads, each holding up to
-// kVecsPerThread vectors. kStagedWeight: launched with staged_weight_bytes()
-// of dynamic shared memory.
-template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
-          bool kStagedWeight>
-__device__ __forceinline__ void rms_norm_block_row(const RmsNormKernelArgs& p) {
-  __shared__ cuda::BlockSumStorage<kMaxThreads> reduce_storage;
-  extern __shared__ uint4 staged_weight[];
-  rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kWarpSize),
-                            kVariant, kStagedWeight>(
-      p, blockIdx.x, true, threadIdx.x, blockDim.x,
-      kStagedWeight ? staged_weight : nullptr,
-      [&](float v) { return cuda::block_sum(v, reduce_storage); });
-}
-
-// One row per block of blockDim.x <= kMaxThreads threads, each holding up to
-// kVecsPerThread vectors. kStagedWeight: launched with staged_weight_bytes()
-// of dynamic shared memory.
-template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
-          bool kStagedWeight>
+// kVecsPerThread vectors.
+template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_block_row_kernel(const RmsNormKernelArgs p) {
-  rms_norm_block_row<T, kVecsPerThread, kMaxThreads, kVariant, kStagedWeight>(
-      p);
+  __shared__ cuda::BlockSumStorage<kMaxThreads> reduce_storage;
+  rms_norm_row_in_registers<T, kVecsPerThread, edge_slots<T>(kWarpSize),
+                            kVariant>(
+      p, blockIdx.x, true, threadIdx.x, blockDim.x,
+      [&](float v) { return cuda::block_sum(v, reduce_storage); });
 }
 
 // ---- Rows too wide for registers --------------------------------------------
@@ -771,7 +689,7 @@ bool kernel_binary_has_pdl_wait() {
 
 template <auto kKernel>
 void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
-                   const RmsNormKernelArgs& args, size_t shared_bytes = 0) {
+                   const RmsNormKernelArgs& args) {
   TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX,
               "rms_norm: ", std::to_string(args.rows), " rows of width ",
               std::to_string(args.width), " need ", std::to_string(blocks),
@@ -779,7 +697,7 @@ void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = shared_bytes;
+  config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute pdl;
   if (pdl_allowed_on_current_device() &&
@@ -812,94 +730,14 @@ void launch_warp_rows(const RmsNormKernelArgs& args, cudaStream_t stream) {
       args);
 }
 
-// When the block-per-row kernels stage the weight in shared memory. Measured
-// on H200 (benchmarks/NOTES.md, v3): staging is 18-23% faster for small
-// batches whose weight is not 16-byte aligned with the rows (5125-wide bf16
-// at 16 rows: every row takes the weight's funnel-shift path), 12-25% slower
-// for small aligned batches (one more shared-memory round trip per row), and
-// within -4..+7% for large batches, where it was meant to help by freeing
-// registers (it did not). So: staged for fewer than 4 rows per SM with a
-// misaligned weight phase. VLLM_MYOPS_STAGED_WEIGHT=always|never overrides
-// that, for A/B timing and for the tests.
-enum class StagedWeightPolicy { kAuto, kAlways, kNever };
-
-StagedWeightPolicy staged_weight_policy() {
-  static const StagedWeightPolicy policy = [] {
-    const char* v = std::getenv("VLLM_MYOPS_STAGED_WEIGHT");
-    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "auto") == 0) {
-      return StagedWeightPolicy::kAuto;
-    }
-    if (std::strcmp(v, "always") == 0) return StagedWeightPolicy::kAlways;
-    if (std::strcmp(v, "never") == 0) return StagedWeightPolicy::kNever;
-    TORCH_CHECK(false,
-                "VLLM_MYOPS_STAGED_WEIGHT must be auto, always or never, got '",
-                std::string(v), "'");
-  }();
-  return policy;
-}
-
-constexpr int64_t kStagedWeightMaxRowsPerSM = 4;
-
-// True when some row's 16-byte phase differs from the weight's, i.e. the
-// weight takes the funnel-shift path.
-bool weight_phase_differs_from_rows(const RmsNormKernelArgs& args, int esize) {
-  const auto offset = reinterpret_cast<uintptr_t>(args.in) -
-                      reinterpret_cast<uintptr_t>(args.weight);
-  uint64_t bits = static_cast<uint64_t>(offset) |
-                  static_cast<uint64_t>(args.in_rows.outer_stride * esize);
-  if (args.in_rows.inner_rows > 1) {
-    bits |= static_cast<uint64_t>(args.in_rows.inner_stride * esize);
-  }
-  return (bits & 15u) != 0;
-}
-
-template <typename T>
-bool use_staged_weight(const RmsNormKernelArgs& args) {
-  if (args.weight == nullptr) return false;
-  switch (staged_weight_policy()) {
-    case StagedWeightPolicy::kAlways:
-      return true;
-    case StagedWeightPolicy::kNever:
-      return false;
-    case StagedWeightPolicy::kAuto:
-      break;
-  }
-  const int64_t sms =
-      at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return args.rows < kStagedWeightMaxRowsPerSM * sms &&
-         weight_phase_differs_from_rows(args, sizeof(T));
-}
-
-// Shared memory for a staged weight row: the granules of a row's body
-// windows (at most width / vector + 1). Kept within the 48 KiB a kernel gets
-// without opting in (cudaFuncSetAttribute per device), i.e. rows of up to
-// 3071 vectors; wider rows keep the weight in registers.
-constexpr size_t kMaxStagedWeightBytes = 48 * 1024;
-
-template <typename T>
-size_t staged_weight_bytes(int64_t width) {
-  return static_cast<size_t>(width / Vec16<T>::kElems + 1) * sizeof(uint4);
-}
-
-// kStagedWeightVariant: also built with the weight staged in shared memory
-// (see use_staged_weight).
-template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant,
-          bool kStagedWeightVariant = true>
+template <typename T, int kVecsPerThread, int kMaxThreads, Variant kVariant>
 void launch_block_row(const RmsNormKernelArgs& args, int64_t row_vecs,
                       cudaStream_t stream) {
   const int64_t threads =
       ceil_div(ceil_div(row_vecs, kVecsPerThread), kWarpSize) * kWarpSize;
   TORCH_INTERNAL_ASSERT(threads > 0 && threads <= kMaxThreads);
-  if constexpr (kStagedWeightVariant) {
-    const size_t shared_bytes = staged_weight_bytes<T>(args.width);
-    if (shared_bytes <= kMaxStagedWeightBytes && use_staged_weight<T>(args)) {
-      return launch_kernel<rms_norm_block_row_kernel<
-          T, kVecsPerThread, kMaxThreads, kVariant, true>>(
-          args.rows, static_cast<int>(threads), stream, args, shared_bytes);
-    }
-  }
-  launch_kernel<rms_norm_block_row_kernel<T, kVecsPerThread, kMaxThreads,
-                                          kVariant, false>>(
+  launch_kernel<
+      rms_norm_block_row_kernel<T, kVecsPerThread, kMaxThreads, kVariant>>(
       args.rows, static_cast<int>(threads), stream, args);
 }
 
@@ -919,16 +757,12 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   // register arrays) measured 1-15% faster on H200 with 4 vectors over up to
   // 640 threads instead of 8 (benchmarks/NOTES.md, v2); plain rms_norm
   // measured slower that way, so it keeps 8.
-  // At two vectors per thread the weight's registers are too few to matter.
-  if (row_vecs <= 256) {
-    return launch_block_row<T, 2, 128, kVariant, false>(args, row_vecs, stream);
-  }
+  if (row_vecs <= 256)
+    return launch_block_row<T, 2, 128, kVariant>(args, row_vecs, stream);
   if (row_vecs <= 512)
     return launch_block_row<T, 4, 128, kVariant>(args, row_vecs, stream);
-  if constexpr (kVariant == Variant::kFusedAdd) {
-    if (row_vecs <= 4 * 640)
-      return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
-  }
+  if (kVariant == Variant::kFusedAdd && row_vecs <= 4 * 640)
+    return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
   if (row_vecs <= 8 * 512) {
     return launch_block_row<T, 8, 512, kVariant>(args, row_vecs, stream);
   }

@@ -311,21 +311,6 @@ struct GranuleCursor {
   }
 };
 
-// Vector i of data staged as whole granules in shared memory from a
-// GranuleCursor's granules (granule 0 holds the data's first byte); for
-// GranuleOffset<W> from with_granule_offset(cursor.byte_offset, ...).
-template <typename T, int kWords>
-__device__ __forceinline__ Vec16<T> window_of_staged_granules(
-    const uint4* staged, int64_t i, GranuleOffset<kWords>, unsigned bit_shift) {
-  const uint4 lo = staged[i];
-  if constexpr (kWords < 0) {
-    return vec16_from_bits<T>(lo);
-  } else {
-    return vec16_from_bits<T>(
-        window_of_granules<kWords>(lo, staged[i + 1], bit_shift));
-  }
-}
-
 // ---- typed wrappers ---------------------------------------------------------
 
 template <LoadPath kPath, int kAlign, typename T>

@@ -11,7 +11,7 @@ exec 9>build/.install.lock
 flock 9
 log=build/install.log
 echo "[dev_install] building vllm_myops against $("$PYTHON" -c 'import torch; print("torch", torch.__version__)') (log: $log)"
-if ! "$PYTHON" -m pip install --no-build-isolation --no-deps -e . \
+if ! "$PYTHON" -m pip install -v --no-build-isolation --no-deps -e . \
     --config-settings=build.verbose=true >"$log" 2>&1; then
   tail -n 60 "$log"
   echo "[dev_install] FAILED (full log: $log)" >&2

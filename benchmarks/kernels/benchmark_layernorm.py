@@ -185,6 +185,27 @@ class Floor(Impl):
         return fn
 
 
+def call_vllm_style_op(namespace, op: str):
+    """A timed callable for an op with vLLM's out-style schema
+    (`rms_norm(out, x, w, eps)`, in-place `fused_add_rms_norm(x, r, w, eps)`)
+    from `namespace` (ours: torch.ops._myops_C, vLLM's: torch.ops._C)."""
+    if op == "rms_norm":
+        f = namespace.rms_norm.default
+
+        def fn(s):
+            f(s.out, s.x, s.w, EPS)
+            return s.out, None
+
+        return fn
+    f = namespace.fused_add_rms_norm.default
+
+    def fn_fused(s):
+        f(s.x, s.r, s.w, EPS)
+        return s.x, s.r
+
+    return fn_fused
+
+
 class Ours(Impl):
     name = "ours"
     description = "torch.ops._myops_C (vllm_myops)"
@@ -209,21 +230,7 @@ class Ours(Impl):
         return f"build {_extension.build_info()}"
 
     def make(self, op, rows, hidden, dtype):
-        ops = torch.ops._myops_C
-        if op == "rms_norm":
-            f = ops.rms_norm.default
-
-            def fn(s):
-                f(s.out, s.x, s.w, EPS)
-                return s.out, None
-        else:
-            f = ops.fused_add_rms_norm.default
-
-            def fn(s):
-                f(s.x, s.r, s.w, EPS)
-                return s.x, s.r
-
-        return fn
+        return call_vllm_style_op(torch.ops._myops_C, op)
 
 
 class Eager(Impl):
@@ -336,21 +343,7 @@ class VllmOps(Impl):
         return note
 
     def make(self, op, rows, hidden, dtype):
-        ops = torch.ops._C
-        if op == "rms_norm":
-            f = ops.rms_norm.default
-
-            def fn(s):
-                f(s.out, s.x, s.w, EPS)
-                return s.out, None
-        else:
-            f = ops.fused_add_rms_norm.default
-
-            def fn(s):
-                f(s.x, s.r, s.w, EPS)
-                return s.x, s.r
-
-        return fn
+        return call_vllm_style_op(torch.ops._C, op)
 
 
 class Liger(Impl):

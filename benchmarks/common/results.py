@@ -41,19 +41,19 @@ SCHEMA = "vllm-myops-bench/1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _git(*args: str) -> str | None:
+def _command_output(cmd: list[str]) -> str | None:
+    """stdout of cmd (run in the repo, stripped), or None if it fails."""
     try:
         out = subprocess.run(
-            ["git", *args],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
+            cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()
+
+
+def _git(*args: str) -> str | None:
+    return _command_output(["git", *args])
 
 
 def git_commit() -> dict[str, Any]:
@@ -127,17 +127,10 @@ def metadata(device: torch.device | str | None = None) -> dict[str, Any]:
 
 
 def _nvidia_smi_field(field: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    out = _command_output(
+        ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"]
+    )
+    return out.splitlines()[0] if out else None
 
 
 def _cpu_model_name() -> str:

@@ -185,6 +185,17 @@ class Floor(Impl):
         return fn
 
 
+def installed_version(distribution: str) -> str:
+    """The installed version of a distribution, '?' when unknown (a carried
+    wheel unpacked on PYTHONPATH may lack metadata)."""
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        return version(distribution)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
 def call_vllm_style_op(namespace, op: str):
     """A timed callable for an op with vLLM's out-style schema
     (`rms_norm(out, x, w, eps)`, in-place `fused_add_rms_norm(x, r, w, eps)`)
@@ -400,12 +411,7 @@ class Liger(Impl):
         )
         if sig is not None and "casting_mode" not in sig.parameters:
             raise Unavailable(f"liger_rms_norm{sig} has no casting_mode")
-        try:
-            from importlib.metadata import version  # noqa: PLC0415
-
-            ver = version("liger-kernel")
-        except Exception:  # noqa: BLE001
-            ver = "?"
+        ver = installed_version("liger-kernel")
         return f"liger-kernel {ver} via {where}"
 
     def make(self, op, rows, hidden, dtype):
@@ -444,12 +450,7 @@ class Quack(Impl):
             raise Unavailable(
                 f"rmsnorm_fwd{inspect.signature(self.fwd)} lacks {missing}"
             )
-        try:
-            from importlib.metadata import version  # noqa: PLC0415
-
-            ver = version("quack-kernels")
-        except Exception:  # noqa: BLE001
-            ver = "?"
+        ver = installed_version("quack-kernels")
         return f"quack-kernels {ver}"
 
     def make(self, op, rows, hidden, dtype):

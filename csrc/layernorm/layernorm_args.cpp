@@ -115,10 +115,8 @@ const void* check_weight(const char* op,
   TORCH_CHECK(w.size(0) == input.size(-1), op,
               ": weight must have hidden_size=", num(input.size(-1)),
               " elements (the last dim of input), got ", num(w.size(0)));
-  // The caller keeps a contiguous weight alive for the call (no handle copy,
-  // no allocation: this runs per decode step). A strided weight is rare and
-  // tiny: one dense copy is cheaper than a strided path in every kernel.
-  if (w.is_contiguous()) return w.data_ptr();
+  // A strided weight is rare and tiny: one dense copy is cheaper than a
+  // strided path in every kernel.
   at::Tensor dense = w.contiguous();
   prepared.keep_alive.push_back(dense);
   return dense.data_ptr();
@@ -137,14 +135,11 @@ std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
 // for any non-dense pair; then different storages cannot overlap, and views
 // of one storage are taken as overlapping when their byte spans intersect
 // (interleaved views of one buffer are refused rather than risked).
-// full_overlap_ok: a and b being the very same elements is not an overlap.
-bool may_overlap(const at::Tensor& a, const at::Tensor& b,
-                 bool full_overlap_ok = false) {
+bool may_overlap(const at::Tensor& a, const at::Tensor& b) {
   switch (at::get_overlap_status(a, b)) {
     case at::MemOverlapStatus::No:
       return false;
     case at::MemOverlapStatus::Full:
-      return !full_overlap_ok;
     case at::MemOverlapStatus::Partial:
       return true;
     default:
@@ -246,8 +241,10 @@ PreparedRmsNorm prepare_rms_norm(at::Tensor& result, const at::Tensor& input,
   check_epsilon(op, epsilon);
   // Writing result in place of input is fine (each element is read before it
   // is written); a partial overlap would read already-normalised values.
-  TORCH_CHECK(!may_overlap(result, input, /*full_overlap_ok=*/true), op,
-              ": result must not partially overlap input");
+  TORCH_CHECK(
+      at::get_overlap_status(result, input) == at::MemOverlapStatus::Full ||
+          !may_overlap(result, input),
+      op, ": result must not partially overlap input");
   fill_shape(prepared, input, epsilon);
   prepared.params.weight = check_weight(op, weight, input, prepared);
   if (prepared.empty()) return prepared;

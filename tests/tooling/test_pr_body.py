@@ -75,6 +75,19 @@ def junit_failing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _pytest_junit(tmp_path_factory.mktemp("junit"), "bad", extra)
 
 
+def _record(results: dict, impl: str, op: str) -> dict:
+    """The benchmark JSON record of `impl` for `op`."""
+    return next(r for r in results["records"] if r["impl"] == impl and r["op"] == op)
+
+
+def _table_row_cells(body: str, op: str) -> list[str]:
+    """Cells of the before/after table row of `op` in a PR body."""
+    row = next(
+        ln for ln in body.splitlines() if ln.startswith("| ") and f"| {op} |" in ln
+    )
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
 def _run_bench(out: Path) -> Path:
     cmd = [
         sys.executable, str(BENCH), "--device", "cpu", "--rows", "1", "--hidden", "64",
@@ -161,12 +174,8 @@ def test_body_from_real_result_files(
     # Before/after table: one row per op, numbers from the JSON files.
     b, a = json.loads(before.read_text()), json.loads(after.read_text())
     for op in ("rms_norm", "fused_add_rms_norm"):
-        rb = next(r for r in b["records"] if r["impl"] == "ours" and r["op"] == op)
-        ra = next(r for r in a["records"] if r["impl"] == "ours" and r["op"] == op)
-        row = next(
-            ln for ln in body.splitlines() if ln.startswith("| ") and f"| {op} |" in ln
-        )
-        cells = [c.strip() for c in row.strip("|").split("|")]
+        rb, ra = _record(b, "ours", op), _record(a, "ours", op)
+        cells = _table_row_cells(body, op)
         assert cells[3] == "1×64"
         assert (
             cells[4] == f"{rb['median_us']:.2f}"
@@ -250,12 +259,8 @@ def test_before_impl_from_the_same_run(
     body = _body(tmp_path, "--bench", str(after), str(after), "--before-impl", "floor")
     a = json.loads(after.read_text())
     for op in ("rms_norm", "fused_add_rms_norm"):
-        fl = next(r for r in a["records"] if r["impl"] == "floor" and r["op"] == op)
-        ours = next(r for r in a["records"] if r["impl"] == "ours" and r["op"] == op)
-        row = next(
-            ln for ln in body.splitlines() if ln.startswith("| ") and f"| {op} |" in ln
-        )
-        cells = [c.strip() for c in row.strip("|").split("|")]
+        fl, ours = _record(a, "floor", op), _record(a, "ours", op)
+        cells = _table_row_cells(body, op)
         assert (
             cells[4] == f"{fl['median_us']:.2f}"
             and cells[5] == f"{ours['median_us']:.2f}"

@@ -753,16 +753,34 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   if (row_vecs <= 128)
     return launch_warp_rows<T, 32, 4, kVariant>(args, stream);
   // Block per row: the fewest vectors per thread that fit in 128 threads,
-  // then up to 512 threads of 8 vectors. The fused add (three row-sized
-  // register arrays) measured 1-15% faster on H200 with 4 vectors over up to
-  // 640 threads instead of 8 (benchmarks/NOTES.md, v2); plain rms_norm
-  // measured slower that way, so it keeps 8.
+  // then up to 512 threads of 8 vectors, except where H200 measurements
+  // (benchmarks/NOTES.md, v2 and v4) found a layout that keeps more rows
+  // resident per SM; an SM holds 64K registers, so registers x threads per
+  // row sets how many rows load at once.
+  // * Fused add (three row-sized register arrays): 4 vectors over up to 640
+  //   threads, 1-15% faster than 8 vectors.
+  // * rms_norm in 16-bit types, 513-1024 vectors (e.g. widths 5120, 8192):
+  //   up to 640 vectors as 5 per thread over 128 threads (72 registers,
+  //   7 rows per SM instead of 5 with 8 x 96 threads at 122), wider rows as
+  //   4 over up to 256 threads (59 registers, 4 rows per SM, twice the
+  //   threads of 8 x 128): 8192x5120 bf16 49.6 -> 43.4 us, 8192x8192
+  //   69.6 -> 68.3 us. 2 vectors over up to 512 threads was faster still at
+  //   16 rows but slower at >= 1024.
+  // The layout depends on the width alone, never on the number of rows, so a
+  // row's result does not depend on the batch it is in.
   if (row_vecs <= 256)
     return launch_block_row<T, 2, 128, kVariant>(args, row_vecs, stream);
   if (row_vecs <= 512)
     return launch_block_row<T, 4, 128, kVariant>(args, row_vecs, stream);
-  if (kVariant == Variant::kFusedAdd && row_vecs <= 4 * 640)
-    return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
+  if constexpr (kVariant == Variant::kFusedAdd) {
+    if (row_vecs <= 4 * 640)
+      return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
+  } else if constexpr (sizeof(T) == 2) {
+    if (row_vecs <= 5 * 128)
+      return launch_block_row<T, 5, 128, kVariant>(args, row_vecs, stream);
+    if (row_vecs <= 4 * 256)
+      return launch_block_row<T, 4, 256, kVariant>(args, row_vecs, stream);
+  }
   if (row_vecs <= 8 * 512) {
     return launch_block_row<T, 8, 512, kVariant>(args, row_vecs, stream);
   }

@@ -196,8 +196,11 @@ inline float hsum(__m256 v) {
 }
 
 // ---------------------------------------------------------------------------
-// One row. The vector loops of both passes start at `head`: the scalar head
-// that aligns y for streaming stores (0 otherwise).
+// One row. Pass 2's vector loop starts at `head`: the scalar head that aligns
+// y for streaming stores (0 otherwise). Pass 1 always starts at 0, so a row's
+// sum of squares, and with it the row's result, does not depend on where its
+// output lies or on whether the call streams (which depends on the number of
+// rows): the same row gives the same bits in any batch.
 // ---------------------------------------------------------------------------
 template <bool kFused, bool kWeight, bool kStream, bool kPrepW, int kPfLocality>
 struct RowConfig {
@@ -227,7 +230,7 @@ struct RowArgs {
 template <typename E, typename C>
 inline float sum_squares(const RowArgs<E>& r) {
   const int64_t n = r.n;
-  float sum_head = 0.f;  // scalar head and tail
+  float sum_tail = 0.f;  // scalar tail
   auto scalar = [&](int64_t j) {
     float v = E::to_float(r.x[j]);
     if constexpr (C::fused) {
@@ -235,10 +238,9 @@ inline float sum_squares(const RowArgs<E>& r) {
       r.res[j] = s;
       v = E::to_float(s);
     }
-    sum_head += v * v;
+    sum_tail += v * v;
   };
   int64_t j = 0;
-  for (; j < r.head; ++j) scalar(j);
   // Eight accumulators: four chunks per iteration cover the FMA latency.
   // The chunks of an iteration go op by op, two at a time (see normalize).
   __m256 acc[8];
@@ -271,7 +273,7 @@ inline float sum_squares(const RowArgs<E>& r) {
                                                _mm256_add_ps(acc[2], acc[3])),
                                  _mm256_add_ps(_mm256_add_ps(acc[4], acc[5]),
                                                _mm256_add_ps(acc[6], acc[7])));
-  return hsum(t) + sum_head;
+  return hsum(t) + sum_tail;
 }
 
 // Pass 2: y = T(T(src * scale) * w) (no weight: T(src * scale)), src being

@@ -264,6 +264,58 @@ def test_rms_norm_4096_tokens(
     _check_fused_add(x, x_base, residual, res_base, weight)
 
 
+def _normalised_copy(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None
+) -> tuple[torch.Tensor, ...]:
+    """The op's results on copies of x (and residual); inputs stay intact."""
+    x = x.clone()
+    if residual is None:
+        out = torch.empty_like(x)
+        ops.rms_norm(out, x, weight, EPS)
+        return (out,)
+    residual = residual.clone()
+    ops.fused_add_rms_norm(x, residual, weight, EPS)
+    return x, residual
+
+
+@pytest.mark.parametrize(
+    "hidden_size", scoped(quick=[768, 5120, 5125], full=HIDDEN_SIZES)
+)
+@pytest.mark.parametrize("add_residual", ADD_RESIDUAL)
+@pytest.mark.parametrize("dtype", scoped(quick=[torch.bfloat16], full=DTYPES))
+@pytest.mark.parametrize("device", DEVICES)
+@torch.inference_mode()
+def test_row_result_does_not_depend_on_batch_size(
+    hidden_size: int, add_residual: bool, dtype: torch.dtype, device: str
+) -> None:
+    """A row's result depends on its values (and on where its row starts
+    within 16 bytes), never on how many rows the call has: the first n rows of
+    a 4096-row batch, normalised on their own, are bitwise what they are
+    inside the batch. Kernels are chosen by width alone; a kernel chosen by
+    row count would reduce in another order and round differently (what
+    vLLM's batch-invariant mode rules out)."""
+    seed_everything(0)
+    rows = 4096
+    x, _ = _make_input((rows, hidden_size), "contiguous", dtype, device)
+    residual = (
+        _make_input((rows, hidden_size), "contiguous", dtype, device)[0]
+        if add_residual
+        else None
+    )
+    weight = _make_weight(hidden_size, dtype, device)
+    whole = _normalised_copy(x, residual, weight)
+    for n in (1, 7, 83, 1000):
+        # x[:n].clone() starts on an allocation boundary, as x does, so every
+        # row keeps its 16-byte phase.
+        part = _normalised_copy(
+            x[:n], None if residual is None else residual[:n], weight
+        )
+        for name, got, expected in zip(("result", "residual"), part, whole):
+            assert torch.equal(got, expected[:n]), (
+                f"{name} of the first {n} rows differs from the same rows in a {rows}-row batch"
+            )
+
+
 # ---------------------------------------------------------------------------
 # 2. Widths around every vector length (tails of vectorised loops), also run
 #    under each lower CPU ISA by test_cpu_isa_paths.

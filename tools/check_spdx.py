@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from repo_files import repo_files as list_repo_files  # noqa: E402
 
 LICENSE_ID = "Apache-2.0"
 TAG = f"SPDX-License-Identifier: {LICENSE_ID}"
@@ -57,21 +59,7 @@ def is_skipped(rel: str) -> bool:
 
 def repo_files(root: Path) -> list[Path]:
     """Tracked and untracked-but-not-ignored files (os.walk without git)."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root,
-            check=True,
-            capture_output=True,
-        ).stdout.decode()
-        rels = sorted({r for r in out.split("\0") if r})
-    except (OSError, subprocess.CalledProcessError):
-        rels = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
-            for name in filenames:
-                rels.append(os.path.relpath(os.path.join(dirpath, name), root))
-    return [root / r for r in rels if not is_skipped(r)]
+    return [root / r for r in list_repo_files(root, SKIP_DIRS) if not is_skipped(r)]
 
 
 def has_header(text: str) -> bool:

@@ -37,13 +37,15 @@ import argparse
 import os
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from repo_files import repo_files  # noqa: E402
 
 CONFIG_FILE = ".buildkite/ci_config.yaml"
 
@@ -198,24 +200,7 @@ class Pipeline:
 
 def repo_paths(root: Path) -> list[str]:
     """Tracked plus untracked-but-not-ignored files, repo-relative."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root,
-            check=True,
-            capture_output=True,
-        ).stdout.decode()
-        files = [f for f in out.split("\0") if f and (root / f).exists()]
-        if files:
-            return sorted(files)
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in {".git", ".venv", "build"}]
-        for name in filenames:
-            files.append(os.path.relpath(os.path.join(dirpath, name), root))
-    return sorted(files)
+    return repo_files(root, {".git", ".venv", "build"})
 
 
 def load_pipeline(root: Path) -> Pipeline:

@@ -757,8 +757,13 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   // (benchmarks/NOTES.md, v2 and v4) found a layout that keeps more rows
   // resident per SM; an SM holds 64K registers, so registers x threads per
   // row sets how many rows load at once.
-  // * Fused add (three row-sized register arrays): 4 vectors over up to 640
-  //   threads, 1-15% faster than 8 vectors.
+  // * Fused add (three row-sized register arrays), 513-1024 vectors: 4
+  //   vectors over up to 256 threads, 1-15% faster than 8 vectors. Its
+  //   640-thread launch bound is deliberate: it caps the kernel at 96
+  //   registers (92 used; 104 under a 256-thread bound, up to 7% slower in
+  //   v4b). Wider rows keep 8 vectors: 4 x 352-640 threads would
+  //   leave 1 row per SM, and measured 8% slower at 8192x5125 fp32 (1281
+  //   vectors) and 2-3% at 16384-wide bf16 (v4c).
   // * rms_norm in 16-bit types, 513-1024 vectors (e.g. widths 5120, 8192):
   //   up to 640 vectors as 5 per thread over 128 threads (72 registers,
   //   7 rows per SM instead of 5 with 8 x 96 threads at 122), wider rows as
@@ -773,7 +778,7 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   if (row_vecs <= 512)
     return launch_block_row<T, 4, 128, kVariant>(args, row_vecs, stream);
   if constexpr (kVariant == Variant::kFusedAdd) {
-    if (row_vecs <= 4 * 640)
+    if (row_vecs <= 4 * 256)
       return launch_block_row<T, 4, 640, kVariant>(args, row_vecs, stream);
   } else if constexpr (sizeof(T) == 2) {
     if (row_vecs <= 5 * 128)

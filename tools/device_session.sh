@@ -19,6 +19,8 @@
 #   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
 #             anchors without torch.compile (extra args: BENCH2_ARGS="...")
 #   profile   ncu --clock-control none over our kernels for a few shapes; compact table
+#   profile_anchors  the same over ours and the anchors side by side
+#             (benchmarks/kernels/profile_anchors.py $PROFILE_ANCHOR_ARGS)
 #   sanitize  compute-sanitizer memcheck (full workload) + racecheck + synccheck (quick)
 #
 # Before any stage, carried parts (.carry/pN, made by tools/prepare_device_carry.sh)
@@ -28,7 +30,7 @@
 #   vllm/_C_stable_libtorch.abi3.so                              -> VLLM_ANCHOR_LIB
 #
 # Output under $OUT (at most 8 files come back; this script writes fewer per call):
-#   build.log test.log profile.log ncu_ours.ncu-rep sanitize.log
+#   build.log test.log profile.{log,ncu-rep} profile_anchors.{log,ncu-rep} sanitize.log
 #   bench_bf16.{log,json,png} bench_fp.{log,json,png} summary.txt
 # A short summary table is printed last.
 #
@@ -56,14 +58,14 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [profile]=90 [sanitize]=200)
+declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [profile]=90 [profile_anchors]=90 [sanitize]=200)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|profile|sanitize) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test bench bench2 profile sanitize)" >&2; exit 2 ;;
+    build|test|bench|bench2|profile|profile_anchors|sanitize) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test bench bench2 profile profile_anchors sanitize)" >&2; exit 2 ;;
   esac
 done
 [[ ${#stages[@]} -gt 0 ]] || { sed -n '2,40p' "$0"; exit 2; }
@@ -315,115 +317,50 @@ stage_bench2() {
     ${BENCH2_ARGS:-}
 }
 
-stage_profile() {
-  local t=$SECONDS b=$1 rc
-  ensure_built || { add_summary profile SKIP 0 "no build"; return; }
-  command -v ncu >/dev/null || { add_summary profile SKIP 0 "ncu not on PATH"; return; }
+# ncu over a command that brackets its launches with cudaProfilerStart/Stop and
+# prints `profile case K: LABEL` per launch; compact table via tools/ncu_table.py.
+run_ncu_profile() {  # <stage name> <budget s> <command...>
+  local name=$1 b=$2 t=$SECONDS rc
+  shift 2
+  command -v ncu >/dev/null || { add_summary "$name" SKIP 0 "ncu not on PATH"; return; }
   local metrics="l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
   metrics+=",l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
   metrics+=",dram__bytes_read.sum,dram__bytes_write.sum"
-  say "profile: ncu --clock-control none over tools/sanitize_layernorm.py --profile (budget ${b}s)"
+  say "$name: ncu --clock-control none over $* (budget ${b}s)"
   timeout "$b" ncu --clock-control none --profile-from-start off --target-processes all \
     --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section MemoryWorkloadAnalysis --section WarpStateStats --metrics "$metrics" \
-    --export "$OUT/ncu_ours" --force-overwrite \
-    "$PY" tools/sanitize_layernorm.py --profile >"$OUT/profile.log" 2>&1
+    --export "$OUT/$name" --force-overwrite "$@" >"$OUT/$name.log" 2>&1
   rc=$?
-  tail -n 5 "$OUT/profile.log"
-  if [[ ! -f "$OUT/ncu_ours.ncu-rep" ]]; then
-    add_summary profile FAIL $((SECONDS - t)) "no report (rc=$rc; see profile.log)"
+  tail -n 5 "$OUT/$name.log"
+  if [[ ! -f "$OUT/$name.ncu-rep" ]]; then
+    add_summary "$name" FAIL $((SECONDS - t)) "no report (rc=$rc; see $name.log)"
     return
   fi
-  ncu --import "$OUT/ncu_ours.ncu-rep" --page raw --csv >/tmp/ncu_raw.csv 2>>"$OUT/profile.log"
+  ncu --import "$OUT/$name.ncu-rep" --page raw --csv >"/tmp/$name.csv" 2>>"$OUT/$name.log"
   {
     echo; echo "===== ncu --page details ====="
-    ncu --import "$OUT/ncu_ours.ncu-rep" --page details 2>&1
-  } >>"$OUT/profile.log"
-  local table
-  table="$($PY - /tmp/ncu_raw.csv "$OUT/profile.log" <<'EOF'
-import csv, re, sys
-
-raw, logf = sys.argv[1], sys.argv[2]
-cases = []
-for line in open(logf, errors="replace"):
-    m = re.match(r"profile case (\d+): (\S+) (\S+) (\d+)x(\d+)", line)
-    if m:
-        cases.append((m.group(2), m.group(3), int(m.group(4)), int(m.group(5))))
-rows = list(csv.reader(open(raw, errors="replace")))
-hdr_i = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-if hdr_i is None:
-    print("  (could not parse ncu raw csv; see profile.log)")
-    sys.exit(0)
-hdr = rows[hdr_i]
-data = [r for r in rows[hdr_i + 1:] if len(r) == len(hdr) and r[0] not in ("", "ID") and r[0].strip().isdigit()]
-col = {h: i for i, h in enumerate(hdr)}
-
-def num(r, name):
-    i = col.get(name)
-    if i is None:
-        return None
-    try:
-        return float(r[i].replace(",", ""))
-    except ValueError:
-        return None
-
-def first(r, *names):
-    for n in names:
-        v = num(r, n)
-        if v is not None:
-            return v
-    return None
-
-stall_cols = []
-for h in hdr:
-    m = re.match(r"smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)_per_(?:issue|warp)_active\.ratio$", h) \
-        or re.match(r"smsp__pcsamp_warps_issue_stalled_([a-z_]+)$", h)
-    if m and m.group(1) not in ("selected", "not_selected"):
-        stall_cols.append((m.group(1), h))
-esz = {"bf16": 2, "fp16": 2, "fp32": 4}
-print(f"  {'#':>2} {'case':<30} {'us':>8} {'SOL mem%':>8} {'DRAM%':>6} {'occ%':>5} {'regs':>4} "
-      f"{'grid':>9} {'blk':>5} {'ld sec/req':>10} {'st sec/req':>10} {'bytes/ideal':>11}  top stalls")
-for k, r in enumerate(data):
-    case = cases[k] if len(data) == len(cases) else None
-    label = f"{case[0].replace('fused_add_rms_norm', 'fused')} {case[1]} {case[2]}x{case[3]}" if case else r[col.get("Kernel Name", 0)][:30]
-    us = first(r, "gpu__time_duration.sum")
-    unit_ns = True
-    sol = first(r, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
-    dram = first(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
-    occ = first(r, "sm__warps_active.avg.pct_of_peak_sustained_active")
-    regs = first(r, "launch__registers_per_thread")
-    grid = first(r, "launch__grid_size")
-    blk = first(r, "launch__block_size")
-    ld = (first(r, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum") or 0) / max(1.0, first(r, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum") or 0)
-    st = (first(r, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum") or 0) / max(1.0, first(r, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum") or 0)
-    moved = (first(r, "dram__bytes_read.sum") or 0) + (first(r, "dram__bytes_write.sum") or 0)
-    ratio = "-"
-    if case and moved:
-        op, dt, rows_, h = case
-        ideal = esz[dt] * ((2 if op == "rms_norm" else 4) * rows_ * h + h)
-        ratio = f"{moved / ideal:.3f}"
-    stalls = sorted(((num(r, c) or 0.0, n) for n, c in stall_cols), reverse=True)[:2]
-    st_txt = ", ".join(f"{n} {v:.2f}" for v, n in stalls if v > 0)
-    # gpu__time_duration is reported in ns or us depending on ncu's unit row
-    if us is not None and col.get("gpu__time_duration.sum") is not None:
-        unit = rows[hdr_i + 1][col["gpu__time_duration.sum"]] if len(rows) > hdr_i + 1 else ""
-        if unit.strip() in ("nsecond", "ns"):
-            us /= 1e3
-        elif unit.strip() in ("msecond", "ms"):
-            us *= 1e3
-    f = lambda v, s: "-" if v is None else format(v, s)
-    print(f"  {k:>2} {label:<30} {f(us, '.2f'):>8} {f(sol, '.1f'):>8} {f(dram, '.1f'):>6} {f(occ, '.1f'):>5} "
-          f"{f(regs, '.0f'):>4} {f(grid, '.0f'):>9} {f(blk, '.0f'):>5} {ld:>10.2f} {st:>10.2f} {ratio:>11}  {st_txt}")
-if len(data) != len(cases):
-    print(f"  note: {len(data)} kernels for {len(cases)} cases; rows are in launch order (see profile.log)")
-EOF
-)"
+    ncu --import "$OUT/$name.ncu-rep" --page details 2>&1
+  } >>"$OUT/$name.log"
+  local table n
+  table="$($PY tools/ncu_table.py "/tmp/$name.csv" "$OUT/$name.log")"
   echo "$table"
-  { echo; echo "===== compact summary ====="; echo "$table"; } >>"$OUT/profile.log"
-  local n
+  { echo; echo "===== compact summary ====="; echo "$table"; } >>"$OUT/$name.log"
   n=$(echo "$table" | grep -cE '^ +[0-9]+ ')
-  add_summary profile "$rc" $((SECONDS - t)) "$n kernels profiled (table below, details in profile.log)"
-  while IFS= read -r l; do EXTRA+=("  profile:$l"); done <<<"$table"
+  add_summary "$name" "$rc" $((SECONDS - t)) "$n kernels profiled (table below, details in $name.log)"
+  while IFS= read -r l; do EXTRA+=("  $name:$l"); done <<<"$table"
+}
+
+stage_profile() {
+  ensure_built || { add_summary profile SKIP 0 "no build"; return; }
+  run_ncu_profile profile "$1" "$PY" tools/sanitize_layernorm.py --profile
+}
+
+stage_profile_anchors() {
+  ensure_built || { add_summary profile_anchors SKIP 0 "no build"; return; }
+  # shellcheck disable=SC2086
+  run_ncu_profile profile_anchors "$1" "$PY" benchmarks/kernels/profile_anchors.py \
+    ${PROFILE_ANCHOR_ARGS:---case rms_norm:bf16:8192x8192 --case fused_add_rms_norm:bf16:8192x4096}
 }
 
 stage_sanitize() {
@@ -481,6 +418,7 @@ for i in "${!stages[@]}"; do
     bench) stage_bench "$b" ;;
     bench2) stage_bench2 "$b" ;;
     profile) stage_profile "$b" ;;
+    profile_anchors) stage_profile_anchors "$b" ;;
     sanitize) stage_sanitize "$b" ;;
   esac
 done

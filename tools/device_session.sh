@@ -358,6 +358,7 @@ stage_profile() {
 
 stage_profile_anchors() {
   ensure_built || { add_summary profile_anchors SKIP 0 "no build"; return; }
+  anchor_env
   # shellcheck disable=SC2086
   run_ncu_profile profile_anchors "$1" "$PY" benchmarks/kernels/profile_anchors.py \
     ${PROFILE_ANCHOR_ARGS:---case rms_norm:bf16:8192x8192 --case fused_add_rms_norm:bf16:8192x4096}

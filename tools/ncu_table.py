@@ -32,7 +32,7 @@ STALL = re.compile(
     r"|smsp__pcsamp_warps_issue_stalled_([a-z_]+)$"
 )
 CASE = re.compile(r"profile case (\d+): (.+)$")
-SHAPE = re.compile(r"(rms_norm|fused_add_rms_norm) (bf16|fp16|fp32) (\d+)x(\d+)")
+SHAPE = re.compile(r"(rms_norm|fused) (bf16|fp16|fp32) (\d+)x(\d+)")
 
 
 def ideal_bytes(label: str) -> int | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -61,19 +60,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"skipped {name}: {why}", flush=True)
 
-    torch.manual_seed(0)
     calls = []
     for op, dname, rows, hidden in args.case:
         dtype = bench.DTYPES[dname]
-        tensors = {}
-        for key, spec in bench.set_specs(op, rows, hidden, dtype).items():
-            t = torch.randn(spec.shape, dtype=dtype, device=device)
-            tensors[key] = t * spec.scale + spec.offset
+        specs = bench.set_specs(op, rows, hidden, dtype)
         for impl in impls:
             try:
                 fn = impl.make(op, rows, hidden, dtype)
-                # Its own copies: the fused ops write their inputs.
-                s = SimpleNamespace(**{k: v.clone() for k, v in tensors.items()})
+                # A buffer set of its own (the fused ops write their inputs),
+                # with the same values for every implementation.
+                seeded = torch.Generator(device).manual_seed(0)
+                s = bench.timing.alloc_sets(specs, 1, device, generator=seeded)[0]
                 fn(s)
                 fn(s)
             except Exception as e:  # noqa: BLE001

@@ -169,7 +169,7 @@ def run_case(ops, reference, case, device: str, check: bool) -> str | None:
         pairs = [("out", x, ref_out), ("residual", r, ref_res)]
     for name, got, ref in pairs:
         try:
-            torch.testing.assert_close(got, ref, **reference.tolerance(dtype))
+            torch.testing.assert_close(got, ref, **tolerances.tolerance(dtype))
         except AssertionError as e:
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             return f"{name}: " + "; ".join(lines[:3])
@@ -196,7 +196,8 @@ def main() -> int:
         return 2
 
     from vllm_myops import _custom_ops as ops  # noqa: PLC0415
-    from vllm_myops import reference  # noqa: PLC0415
+    from tests.kernels import tolerances  # noqa: PLC0415
+    from vllm_myops.layernorm import reference  # noqa: PLC0415
 
     mode = "profile" if args.profile else "quick" if args.quick else "full"
     todo = cases(mode)

@@ -12,7 +12,7 @@ Method (benchmarks/NOTES.md has the long form; seed 000 section 7):
   fused_add_rms_norm). ceiling: a large same-device copy measured in this run
   (bytes read + written); also % of the datasheet figure when known.
 - Every implementation is checked against the FP32 reference
-  (vllm_myops.reference, with its tolerances) on fresh random inputs before it
+  (vllm_myops.layernorm.reference; tolerances from tests/kernels/tolerances.py) on fresh random inputs before it
   is timed; a wrong one is still timed but reported "wrong" and never counts
   as an anchor. Missing or failing ones are reported with the reason.
 
@@ -286,7 +286,7 @@ class Compile(Impl):
     def make(self, op, rows, hidden, dtype):
         import torch._dynamo  # noqa: PLC0415
 
-        from vllm_myops import reference  # noqa: PLC0415
+        from vllm_myops.layernorm import reference  # noqa: PLC0415
 
         torch._dynamo.reset()  # fresh caches: one specialisation per shape
         if op == "rms_norm":
@@ -489,7 +489,8 @@ def check(
 ) -> tuple[bool, str, float | None]:
     """Runs fn once on fresh random inputs (poisoned output) and compares with
     the FP32 reference. Returns (ok, reason, max_abs_err)."""
-    from vllm_myops import reference  # noqa: PLC0415
+    from tests.kernels import tolerances  # noqa: PLC0415
+    from vllm_myops.layernorm import reference  # noqa: PLC0415
 
     s = timing.alloc_sets(set_specs(op, rows, hidden, dtype, check=True), 1, device)[0]
     x0 = s.x.clone()
@@ -516,7 +517,7 @@ def check(
         err = float(diff.nan_to_num(float("inf")).max()) if diff.numel() else 0.0
         max_err = max(max_err, err)
         try:
-            torch.testing.assert_close(got, ref, **reference.tolerance(dtype))
+            torch.testing.assert_close(got, ref, **tolerances.tolerance(dtype))
         except AssertionError as e:
             nans = int(torch.isnan(got).sum())
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]

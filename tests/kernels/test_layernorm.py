@@ -3,7 +3,7 @@
 (the checklist of seed 000 §6 and §9), on every device present.
 
 Every result is compared with the plain-torch FP32 reference in
-vllm_myops/reference.py, with the tolerances by dtype kept there. The ops
+vllm_myops/layernorm/reference.py, with the tolerances by dtype kept there. The ops
 work in place, so each test computes the reference FIRST, and for the fused
 add checks both mutated tensors. Scopes (tests/conftest.py): the quick scope
 is a representative subset for CI on 2 cores, the full scope the whole matrix.
@@ -38,7 +38,9 @@ from tests.kernels.utils import (
     seed_everything,
     skip_unless_memory,
 )
-from vllm_myops import _extension, reference
+from vllm_myops import _extension
+from vllm_myops.layernorm import reference
+from tests.kernels import tolerances
 
 EPS = 1e-6
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -62,7 +64,7 @@ _C = torch.ops._myops_C
 
 
 def _tol(dtype: torch.dtype) -> dict[str, float]:
-    return reference.tolerance(dtype)
+    return tolerances.tolerance(dtype)
 
 
 # ---------------------------------------------------------------------------

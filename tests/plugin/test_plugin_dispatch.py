@@ -26,7 +26,8 @@ from tests.plugin._helpers import (
     run_python,
     subprocess_env,
 )
-from vllm_myops import reference
+from tests.kernels import tolerances
+from vllm_myops.layernorm import reference
 
 pytestmark = [requires_vllm, requires_extension]
 
@@ -82,7 +83,7 @@ def test_rms_norm_myops_first_calls_our_kernel(ir, spy, dtype, case):
     assert spy["rms_norm"] == 1
     assert out.shape == x.shape and out.dtype == dtype
     torch.testing.assert_close(
-        out, reference.rms_norm_ref(x, w, EPS), **reference.tolerance(dtype)
+        out, reference.rms_norm_ref(x, w, EPS), **tolerances.tolerance(dtype)
     )
 
 
@@ -92,7 +93,7 @@ def test_fused_add_rms_norm_myops_inplace_and_functional(ir, spy, dtype):
     r = torch.randn(6, 256, dtype=dtype)
     w = torch.randn(256, dtype=dtype)
     ref_out, ref_res = reference.fused_add_rms_norm_ref(x, r, w, EPS)
-    tol = reference.tolerance(dtype)
+    tol = tolerances.tolerance(dtype)
     op = ir.ops.fused_add_rms_norm
     with op.set_priority(["myops", "native"]):
         # functional overload: inputs untouched (vLLM clones for inplace impls)

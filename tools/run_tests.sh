@@ -14,9 +14,9 @@ PY="${VLLM_MYOPS_PYTHON:-.venv/bin/python}"
 say "CUDA compile check: every csrc/**/*.cu for each default arch, against CUDA torch headers"
 bash tools/check_cuda_compile.sh
 
-if [[ -f tools/ci_lint.sh ]]; then
+if [[ -f tools/ci/ci_lint.sh ]]; then
   say "lint: pre-commit hooks and the Buildkite pipeline validator"
-  PYTHON="$PY" bash tools/ci_lint.sh
+  PYTHON="$PY" bash tools/ci/ci_lint.sh
 fi
 
 say "pytest (scope: ${VLLM_MYOPS_TEST_SCOPE:-quick}): kernels, plugin, tooling"

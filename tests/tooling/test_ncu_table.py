@@ -1,29 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""tools/ncu_table.py on a small raw csv shaped like `ncu --page raw --csv`:
+"""tools.gpu.ncu_table on a small raw csv shaped like `ncu --page raw --csv`:
 labels from the profiled program's log, units scaled (Mbyte, usecond), one
 kernel per case or kernel names otherwise."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "ncu_table", REPO / "tools" / "ncu_table.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-nt = _load()
+from tools.gpu import ncu_table as nt
 
 HEADER = [
     "ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum",

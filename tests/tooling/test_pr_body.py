@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""vllm_myops.pr_body on result files written by the project's own tools.
+"""tools.pr_body on result files written by the project's own tools.
 
 - pytest JUnit XML: made here, by running pytest on a small test module.
 - benchmark JSON (before/after): made here, by running
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_myops import pr_body
+from tools import pr_body
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -304,22 +304,17 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert pr_body.main(["--junit", str(tmp_path / "missing.xml")]) == 2
 
 
-def test_cli_subcommand(tmp_path: Path, junit_ok: Path) -> None:
-    from vllm_myops import cli
-
+def test_module_command_line(tmp_path: Path, junit_ok: Path) -> None:
     out = tmp_path / "body.md"
     template = tmp_path / "PR_TEMPLATE.md"
     shutil.copy(REPO / "PR_TEMPLATE.md", template)
-    rc = cli.main(
-        [
-            "pr-body",
-            "--template",
-            str(template),
-            "--junit",
-            str(junit_ok),
-            "-o",
-            str(out),
-        ]
-    )
-    assert rc == 0
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.pr_body", "--template", str(template),
+         "--junit", str(junit_ok), "-o", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
     assert "## Test Result" in out.read_text()

@@ -2,7 +2,7 @@
 """Compact table of an ncu report: one row per profiled kernel.
 
   ncu --import REPORT --page raw --csv > raw.csv
-  python tools/ncu_table.py raw.csv PROFILE_LOG
+  python -m tools.gpu.ncu_table raw.csv PROFILE_LOG
 
 PROFILE_LOG is the profiled program's output; its lines
 `profile case K: LABEL` name the launches in order (tools/sanitize_layernorm.py

@@ -8,7 +8,7 @@
 #   pre-commit; the hooks get their own pinned environments from PyPI,
 #   cached under $PRE_COMMIT_HOME (default ~/.cache/pre-commit).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 PRE_COMMIT_VERSION=4.7.0
 say() { printf '\n[lint %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -23,7 +23,7 @@ say "pre-commit run --all-files (first run builds the hook environments from PyP
 "$PYTHON" -m pre_commit run --all-files --show-diff-on-failure || status=$?
 
 say "Buildkite pipeline validator"
-"$PYTHON" tools/buildkite/validate_pipeline.py || status=$?
+"$PYTHON" -m tools.ci.buildkite.validate_pipeline || status=$?
 
 if [[ $status -ne 0 ]]; then
   say "lint FAILED (fix locally: .venv/bin/pre-commit run --all-files)"

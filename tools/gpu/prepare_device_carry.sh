@@ -19,19 +19,19 @@
 #   .carry/p1/ .carry/p2/ ...   each: part.bin (a slice) + manifest.json (all offsets, sha256)
 #
 # Each device call carries ONE part folder (`carry: [".carry/pN"]`); the
-# device side (tools/device_session.sh) copies parts to /tmp/myops-carry and
+# device side (tools/gpu/device_session.sh) copies parts to /tmp/myops-carry and
 # unpacks every bundle whose bytes are all present. The machine keeps /tmp only
 # while warm (30 s after a call), so the parts must go in consecutive calls.
 #
 # Part size: every call carries the working tree too (tracked + untracked,
 # not ignored files); parts are sized so tree + part <= BUDGET_MIB (default 60).
 #
-# Usage: tools/prepare_device_carry.sh [--budget-mib N] [--xz-level 9e|6|...] [--force]
+# Usage: tools/gpu/prepare_device_carry.sh [--budget-mib N] [--xz-level 9e|6|...] [--force]
 # Env: PYTHON (default python3), CARRY_DIR (default .carry).
 # Downloads and packed bundles are cached in .carry/.cache (never carried).
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo_root"
 
 budget_mib=60

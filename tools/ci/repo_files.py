@@ -4,8 +4,7 @@ files git does not ignore (``git ls-files --cached --others
 --exclude-standard``), repo-relative and sorted. Without git (an exported
 tree), every file below the root, not descending into ``skip_dirs``.
 
-Shared by tools/check_spdx.py and tools/buildkite/validate_pipeline.py, which
-put this folder on sys.path to import it (they run as scripts)."""
+Shared by tools.ci.check_spdx and tools.ci.buildkite.validate_pipeline."""
 
 from __future__ import annotations
 

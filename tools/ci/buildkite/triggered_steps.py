@@ -15,9 +15,9 @@ The rules are those of vLLM's ci-infra pipeline generator:
 3. ``optional: true`` steps are not started automatically even when
    triggered: they wait for a manual unblock (reported as MANUAL).
 
-    git diff --name-only origin/main... | python tools/buildkite/triggered_steps.py
-    python tools/buildkite/triggered_steps.py csrc/ops.h tests/kernels/test_x.py
-    python tools/buildkite/triggered_steps.py --json FILE...
+    git diff --name-only origin/main... | python -m tools.ci.buildkite.triggered_steps
+    python -m tools.ci.buildkite.triggered_steps csrc/ops.h tests/kernels/test_x.py
+    python -m tools.ci.buildkite.triggered_steps --json FILE...
 
 Output (text): one line per triggered step, tab-separated:
 ``RUN|MANUAL  <key>  <label>  <reason>``, then a summary line.
@@ -34,8 +34,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate_pipeline import Pipeline, Step, load_pipeline  # noqa: E402
+from tools.ci.buildkite.validate_pipeline import Pipeline, Step, load_pipeline
 
 
 @dataclass
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print JSON")
     ap.add_argument("--run-all", action="store_true", help="force every step")
     args = ap.parse_args(argv)
-    root = Path(args.root) if args.root else Path(__file__).resolve().parents[2]
+    root = Path(args.root) if args.root else Path(__file__).resolve().parents[3]
     changed = list(args.files)
     if not changed and not sys.stdin.isatty():
         changed = [ln for ln in sys.stdin.read().splitlines() if ln.strip()]

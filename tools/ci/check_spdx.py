@@ -6,9 +6,9 @@ Every .py/.pyi/.sh/.c/.cc/.cpp/.cu/.cuh/.h/.hpp/.yaml/.yml file must contain
 ``SPDX-License-Identifier: Apache-2.0`` within its first lines (after a
 shebang or an encoding line, if any).
 
-    python tools/check_spdx.py                 # every such file in the repo
-    python tools/check_spdx.py FILE...         # just these (pre-commit)
-    python tools/check_spdx.py --fix [FILE...] # insert the header where missing
+    python -m tools.ci.check_spdx                 # every such file in the repo
+    python -m tools.ci.check_spdx FILE...         # just these (pre-commit)
+    python -m tools.ci.check_spdx --fix [FILE...] # insert the header where missing
 
 Files to check come from ``git ls-files`` (tracked plus untracked, not
 ignored) when no FILE is given; build outputs and virtualenvs are skipped.
@@ -23,8 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from repo_files import repo_files as list_repo_files  # noqa: E402
+from tools.ci.repo_files import repo_files as list_repo_files
 
 LICENSE_ID = "Apache-2.0"
 TAG = f"SPDX-License-Identifier: {LICENSE_ID}"
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(
             f"{len(missing)} file(s) without the SPDX header; "
-            "run `python tools/check_spdx.py --fix` to add it."
+            "run `python -m tools.ci.check_spdx --fix` to add it."
         )
         return 1
     return 0

@@ -25,10 +25,10 @@ Checks, each reported with the file and step it concerns:
   has vLLM's lm-eval-harness schema (model_name, tasks -> name, metrics ->
   name/value, limit, num_fewshot, optional rtol).
 
-    python tools/buildkite/validate_pipeline.py [--root DIR] [--quiet]
+    python -m tools.ci.buildkite.validate_pipeline [--root DIR] [--quiet]
 
 Exit status 0 when valid, 1 with one line per problem otherwise.
-``load_pipeline`` is shared with tools/buildkite/triggered_steps.py.
+``load_pipeline`` is shared with tools.ci.buildkite.triggered_steps.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from repo_files import repo_files  # noqa: E402
+from tools.ci.repo_files import repo_files
 
 CONFIG_FILE = ".buildkite/ci_config.yaml"
 
@@ -573,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quiet", action="store_true", help="print problems only")
     args = ap.parse_args(argv)
-    root = Path(args.root) if args.root else Path(__file__).resolve().parents[2]
+    root = Path(args.root) if args.root else Path(__file__).resolve().parents[3]
     pipe, errors = validate(root)
     for e in errors:
         print(f"ERROR {e}")

@@ -5,9 +5,9 @@
 vLLM (and this project) require the Developer Certificate of Origin sign-off,
 ``git commit -s``, on every commit.
 
-    python tools/check_dco.py MSGFILE            # commit-msg hook (pre-commit)
-    python tools/check_dco.py --range A..B       # every commit in a range (CI)
-    python tools/check_dco.py --fix MSGFILE      # append the sign-off of
+    python -m tools.ci.check_dco MSGFILE            # commit-msg hook (pre-commit)
+    python -m tools.ci.check_dco --range A..B       # every commit in a range (CI)
+    python -m tools.ci.check_dco --fix MSGFILE      # append the sign-off of
                                                  # git config user.name/email
 
 A valid trailer is a line ``Signed-off-by: Name <email@host>``. With

@@ -3,9 +3,9 @@
 #
 # One script for every call on the lent GPU machine. Stages combine in one call:
 #
-#   bash tools/device_session.sh stage1 profile sanitize
-#   bash tools/device_session.sh bench2
-#   bash tools/device_session.sh bench
+#   bash tools/gpu/device_session.sh stage1 profile sanitize
+#   bash tools/gpu/device_session.sh bench2
+#   bash tools/gpu/device_session.sh bench
 #
 # Stages (run in the order given; a failed stage does not stop the next):
 #   stage1    = build + test
@@ -14,16 +14,17 @@
 #             Skipped when the sources did not change since the last build on this
 #             (warm) machine. Every other stage builds first if needed.
 #   test      VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels -q
-#   bench     benchmarks/kernels/benchmark_layernorm.py, bf16 full sweep, every anchor
+#   bench     python -m benchmarks.kernels.benchmark_layernorm, bf16 full sweep, every anchor
 #             present (extra args: BENCH_ARGS="...")
 #   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
 #             anchors without torch.compile (extra args: BENCH2_ARGS="...")
 #   profile   ncu --clock-control none over our kernels for a few shapes; compact table
-#   profile_anchors  the same over ours and the anchors side by side
-#             (benchmarks/kernels/profile_anchors.py $PROFILE_ANCHOR_ARGS)
-#   sanitize  compute-sanitizer memcheck (full workload) + racecheck + synccheck (quick)
+#             (python -m benchmarks.kernels.profile_anchors --impls ours $PROFILE_ARGS)
+#   profile_anchors  the same over ours and the anchors side by side ($PROFILE_ANCHOR_ARGS)
+#   sanitize  tools/gpu/sanitize.sh: compute-sanitizer memcheck over the CUDA kernel
+#             tests, racecheck + synccheck over a quick subset
 #
-# Before any stage, carried parts (.carry/pN, made by tools/prepare_device_carry.sh)
+# Before any stage, carried parts (.carry/pN, made by tools/gpu/prepare_device_carry.sh)
 # found in the working tree are copied to /tmp/myops-carry/ and every bundle whose
 # parts are all present is unpacked there (kept while the machine stays warm):
 #   site-liger/, site-quack/ (+ nvidia_cutlass_dsl/dsl_packages) -> PYTHONPATH
@@ -40,7 +41,7 @@
 # (--max-seconds), reporting the rest as skipped.
 set -uo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo_root" || exit 1
 
 OUT="${OUT:-$repo_root/out}"
@@ -68,7 +69,7 @@ for s in "$@"; do
     *) echo "unknown stage '$s' (stage1 build test bench bench2 profile profile_anchors sanitize)" >&2; exit 2 ;;
   esac
 done
-[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,40p' "$0"; exit 2; }
+[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,41p' "$0"; exit 2; }
 
 # Budget for stage index $1: what is left minus the estimates of later stages.
 budget_for() {
@@ -292,8 +293,8 @@ bench_common() {  # bench_common NAME BUDGET ARGS...
   anchor_env
   local maxs=$((b - 45))
   (( maxs < 30 )) && maxs=30
-  say "$name: benchmark_layernorm.py $* (budget ${b}s, new cases stop after ${maxs}s)"
-  timeout -s INT "$((b + 20))" "$PY" benchmarks/kernels/benchmark_layernorm.py --max-seconds "$maxs" "$@" \
+  say "$name: benchmarks.kernels.benchmark_layernorm $* (budget ${b}s, new cases stop after ${maxs}s)"
+  timeout -s INT "$((b + 20))" "$PY" -m benchmarks.kernels.benchmark_layernorm --max-seconds "$maxs" "$@" \
     2>&1 | tee "$OUT/$name.log"
   rc=${PIPESTATUS[0]}
   local v
@@ -318,7 +319,7 @@ stage_bench2() {
 }
 
 # ncu over a command that brackets its launches with cudaProfilerStart/Stop and
-# prints `profile case K: LABEL` per launch; compact table via tools/ncu_table.py.
+# prints `profile case K: LABEL` per launch; compact table via tools/gpu/ncu_table.py.
 run_ncu_profile() {  # <stage name> <budget s> <command...>
   local name=$1 b=$2 t=$SECONDS rc
   shift 2
@@ -343,7 +344,7 @@ run_ncu_profile() {  # <stage name> <budget s> <command...>
     ncu --import "$OUT/$name.ncu-rep" --page details 2>&1
   } >>"$OUT/$name.log"
   local table n
-  table="$($PY tools/ncu_table.py "/tmp/$name.csv" "$OUT/$name.log")"
+  table="$($PY -m tools.gpu.ncu_table "/tmp/$name.csv" "$OUT/$name.log")"
   echo "$table"
   { echo; echo "===== compact summary ====="; echo "$table"; } >>"$OUT/$name.log"
   n=$(echo "$table" | grep -cE '^ +[0-9]+ ')
@@ -351,55 +352,50 @@ run_ncu_profile() {  # <stage name> <budget s> <command...>
   while IFS= read -r l; do EXTRA+=("  $name:$l"); done <<<"$table"
 }
 
+# Our kernels at a few shapes: model widths, the unaligned 5125, small and large batches.
+PROFILE_SHAPES="1x4096 16x4096 16x5120 16x5125 1024x4096 8192x2048 8192x4096 8192x5120 8192x5125 8192x8192 32768x8192"
+default_profile_cases() {
+  local op s
+  for op in rms_norm fused_add_rms_norm; do
+    for s in $PROFILE_SHAPES; do printf -- '--case %s:bf16:%s ' "$op" "$s"; done
+  done
+  printf -- '--case rms_norm:fp32:8192x4096 --case rms_norm:fp16:8192x4096'
+}
+
 stage_profile() {
   ensure_built || { add_summary profile SKIP 0 "no build"; return; }
-  run_ncu_profile profile "$1" "$PY" tools/sanitize_layernorm.py --profile
+  # shellcheck disable=SC2046,SC2086
+  run_ncu_profile profile "$1" "$PY" -m benchmarks.kernels.profile_anchors --impls ours \
+    ${PROFILE_ARGS:-$(default_profile_cases)}
 }
 
 stage_profile_anchors() {
   ensure_built || { add_summary profile_anchors SKIP 0 "no build"; return; }
   anchor_env
   # shellcheck disable=SC2086
-  run_ncu_profile profile_anchors "$1" "$PY" benchmarks/kernels/profile_anchors.py \
+  run_ncu_profile profile_anchors "$1" "$PY" -m benchmarks.kernels.profile_anchors \
     ${PROFILE_ANCHOR_ARGS:---case rms_norm:bf16:8192x8192 --case fused_add_rms_norm:bf16:8192x4096}
 }
 
 stage_sanitize() {
-  local t=$SECONDS b=$1 rc1 rc2 rc3 s1 s2 s3 w1
+  local t=$SECONDS b=$1 tool budget line status=ok n
   ensure_built || { add_summary sanitize SKIP 0 "no build"; return; }
   command -v compute-sanitizer >/dev/null || { add_summary sanitize SKIP 0 "compute-sanitizer not on PATH"; return; }
-  # Without the caching allocator every tensor is its own allocation, so an
-  # access past a tensor's end is outside any allocation and memcheck sees it.
-  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-  local b1=$((b * 55 / 100)) b2=$((b * 30 / 100)) b3=$((b * 15 / 100))
-  say "sanitize: memcheck (full workload, budget ${b1}s), racecheck + synccheck (quick) -> sanitize.log"
-  {
-    echo "===== compute-sanitizer --tool memcheck python3 tools/sanitize_layernorm.py ====="
-    timeout "$b1" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 30 \
-      --target-processes all "$PY" tools/sanitize_layernorm.py 2>&1
-    echo "memcheck rc=$?"
-    echo "===== compute-sanitizer --tool racecheck python3 tools/sanitize_layernorm.py --quick --no-check ====="
-    timeout "$b2" compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 30 \
-      --target-processes all "$PY" tools/sanitize_layernorm.py --quick --no-check 2>&1
-    echo "racecheck rc=$?"
-    echo "===== compute-sanitizer --tool synccheck python3 tools/sanitize_layernorm.py --quick --no-check ====="
-    timeout "$b3" compute-sanitizer --tool synccheck --error-exitcode 9 --print-limit 30 \
-      --target-processes all "$PY" tools/sanitize_layernorm.py --quick --no-check 2>&1
-    echo "synccheck rc=$?"
-  } >"$OUT/sanitize.log" 2>&1
-  unset PYTORCH_NO_CUDA_MEMORY_CACHING
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=|^FAIL|sanitize workload" "$OUT/sanitize.log" | head -n 30
-  rc1=$(sed -n 's/^memcheck rc=\([0-9]*\)$/\1/p' "$OUT/sanitize.log")
-  rc2=$(sed -n 's/^racecheck rc=\([0-9]*\)$/\1/p' "$OUT/sanitize.log")
-  rc3=$(sed -n 's/^synccheck rc=\([0-9]*\)$/\1/p' "$OUT/sanitize.log")
-  s1=$(grep -m1 "ERROR SUMMARY" "$OUT/sanitize.log" | sed 's/=* *//')
-  s2=$(grep -m1 "RACECHECK SUMMARY" "$OUT/sanitize.log" | sed 's/=* *//')
-  s3=$(grep "ERROR SUMMARY" "$OUT/sanitize.log" | tail -n 1 | sed 's/=* *//')
-  w1=$(grep -m1 "sanitize workload (full" "$OUT/sanitize.log")
-  local status=ok
-  [[ "$rc1" == 0 && "$rc2" == 0 && "$rc3" == 0 ]] || status=FAIL
-  add_summary sanitize "$status" $((SECONDS - t)) "memcheck rc=$rc1 [$s1]; racecheck rc=$rc2 [$s2]; synccheck rc=$rc3 [$s3]"
-  EXTRA+=("  sanitize: ${w1:-memcheck workload did not finish (timeout?)}")
+  say "sanitize: tools/gpu/sanitize.sh memcheck (budget $((b * 55 / 100))s), racecheck + synccheck (quick subset) -> sanitize.log"
+  : >"$OUT/sanitize.log"
+  for tool in memcheck:55 racecheck:30 synccheck:15; do
+    budget=$((b * ${tool#*:} / 100))
+    SANITIZE_TIMEOUT_S="$budget" PYTHON="$PY" bash tools/gpu/sanitize.sh "${tool%%:*}" >>"$OUT/sanitize.log" 2>&1
+  done
+  grep -E "^sanitize |^FAILED|^ERROR" "$OUT/sanitize.log" | head -n 30
+  n=0
+  while IFS= read -r line; do
+    EXTRA+=("  $line")
+    n=$((n + 1))
+    [[ "$line" == *"rc=0 errors=0 "* ]] || status=FAIL
+  done < <(grep "^sanitize " "$OUT/sanitize.log")
+  (( n == 3 )) || status=FAIL
+  add_summary sanitize "$status" $((SECONDS - t)) "compute-sanitizer over pytest tests/kernels (lines below; log sanitize.log)"
 }
 
 # ---------------------------------------------------------------------------

@@ -4,26 +4,19 @@
 Scope: `pytest --scope=quick|full` or env VLLM_MYOPS_TEST_SCOPE (the option
 wins; default quick). Test modules pick parameters with
 `tests.kernels.utils.scoped(quick=[...], full=[...])`; tests or parameters
-marked `full` are deselected in the quick scope.
+marked `full` are deselected in the quick scope. Tests marked `loads_vllm`
+run after all others.
+
+`tests.kernels...` imports as a package because pytest's `pythonpath`
+(pyproject.toml) puts the repository root on sys.path.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import pytest
+import torch
 
-# Make `tests.kernels.utils` importable as in vLLM (`from tests.kernels.utils
-# import opcheck`) however pytest is started. Appended, not prepended, so
-# the installed `vllm_myops` (with its compiled extension) still wins over
-# the source tree.
-_REPO_ROOT = str(Path(__file__).resolve().parents[1])
-if _REPO_ROOT not in sys.path:
-    sys.path.append(_REPO_ROOT)
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from tests.kernels import utils  # noqa: E402
+from tests.kernels import utils
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,12 +35,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # Before collection, so module-level scoped(...) sees the option.
     utils.set_scope_option(config.getoption("--scope"))
-    config.addinivalue_line(
-        "markers", "full: part of the full matrix only (deselected in the quick scope)"
-    )
-    config.addinivalue_line(
-        "markers", "slow: takes more than a few seconds on a 2-core CPU"
-    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -59,14 +46,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    if utils.is_full_scope():
-        return
-    keep, drop = [], []
-    for item in items:
-        (drop if item.get_closest_marker("full") else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    if not utils.is_full_scope():
+        keep, drop = [], []
+        for item in items:
+            (drop if item.get_closest_marker("full") else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    # Importing vLLM patches torch._inductor for the rest of the process:
+    # tests that do it go last, so the compile tests of every family run on
+    # torch as it is. A stable sort keeps the order within each group.
+    items.sort(key=lambda item: item.get_closest_marker("loads_vllm") is not None)
 
 
 def pytest_make_parametrize_id(

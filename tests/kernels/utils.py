@@ -1,15 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Helpers shared by the kernel tests (in the spirit of vLLM's
-tests/kernels/utils.py): test scopes, the device list, seeding, tensors with
-a chosen memory layout, memory checks for huge cases, and a thin `opcheck`
-wrapper. Nothing here is specific to one op.
+tests/kernels/utils.py): test scopes, the device list, seeding and tensors
+with a chosen memory layout. Nothing here is specific to one op; the checks
+every op's kernels must pass live in tests/kernels/contract.py.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import unittest.mock
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -75,6 +74,26 @@ def devices() -> list[str]:
         if torch.cuda.device_count() >= 2:
             result.append("cuda:1")
     return result
+
+
+def cuda_devices() -> list[str]:
+    return [d for d in devices() if d.startswith("cuda")]
+
+
+def other_device_pairs() -> list[tuple[str, str]]:
+    """(device, another device) for every ordered pair of distinct devices."""
+    return [
+        (dev, other)
+        for dev in devices()
+        for other in devices()
+        if torch.device(dev) != torch.device(other)
+    ]
+
+
+def params_or_skip(params: list[Any], reason: str, *placeholder: object) -> list[Any]:
+    """`params`, or one skipped placeholder saying why there are none (instead
+    of pytest's anonymous "got empty parameter set")."""
+    return params or [pytest.param(*placeholder, marks=pytest.mark.skip(reason=reason))]
 
 
 def seed_everything(seed: int) -> None:
@@ -210,84 +229,4 @@ def assert_all_written(out: torch.Tensor) -> None:
         raise AssertionError(
             f"{int(unwritten.sum())} of {out.numel()} output elements were not "
             f"written (first at {idx})"
-        )
-
-
-# ---------------------------------------------------------------------------
-# Memory checks for huge cases (e.g. more than 2^31 elements).
-# ---------------------------------------------------------------------------
-def available_memory_bytes(device: str | torch.device) -> int | None:
-    """Free memory for new tensors on `device`, or None when unknown."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(dev)
-        return int(free)
-    if dev.type == "cpu":
-        try:
-            with open("/proc/meminfo") as f:
-                for line in f:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-    return None
-
-
-def skip_unless_memory(device: str | torch.device, need_bytes: int) -> None:
-    have = available_memory_bytes(device)
-    gib = 2**30
-    if have is None:
-        pytest.skip(
-            f"cannot tell free memory on {device}; need {need_bytes / gib:.1f} GiB"
-        )
-    if have < need_bytes:
-        pytest.skip(
-            f"needs {need_bytes / gib:.1f} GiB free on {device}, have {have / gib:.1f} GiB"
-        )
-
-
-# ---------------------------------------------------------------------------
-# opcheck (vLLM's wrapper): torch.library.opcheck with torch.allclose patched
-# to compare in float64, so dtypes torch.allclose rejects (fp8) also work.
-# ---------------------------------------------------------------------------
-ALL_OPCHECK_TEST_UTILS: tuple[str, ...] = (
-    "test_schema",
-    "test_autograd_registration",
-    "test_faketensor",
-    "test_aot_dispatch_dynamic",
-)
-
-
-def fp8_allclose(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    rtol: float = 1e-05,
-    atol: float = 1e-08,
-    equal_nan: bool = False,
-) -> bool:
-    """torch.allclose computed in float64."""
-    torch._refs._check_close_args(name="torch.allclose", a=a, b=b, rtol=rtol, atol=atol)
-    return bool(
-        torch.all(
-            torch.isclose(
-                a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=equal_nan
-            )
-        ).item()
-    )
-
-
-def opcheck(
-    op: torch._ops.OpOverload | torch._ops.OpOverloadPacket,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None = None,
-    *,
-    test_utils: str | Sequence[str] = ALL_OPCHECK_TEST_UTILS,
-    raise_exception: bool = True,
-    cond: bool = True,
-) -> dict[str, str]:
-    with unittest.mock.patch("torch.allclose", new=fp8_allclose):
-        if not cond:
-            return {}
-        return torch.library.opcheck(
-            op, args, kwargs, test_utils=test_utils, raise_exception=raise_exception
         )

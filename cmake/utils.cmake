@@ -116,3 +116,43 @@ function(set_gencode_flags_for_srcs)
   endif()
   set_source_files_properties(${_arg_SRCS} PROPERTIES COMPILE_OPTIONS "${_flags}")
 endfunction()
+
+# torch_abi_flags(<target>)
+# Compiles every translation unit of <target> (C++ and CUDA alike: nvcc
+# passes the definition to its host compiler) on the libstdc++ ABI torch was
+# built with (TORCH_CXX11_ABI, read from torch at configure time), instead
+# of the compiler's default. Inline code of c10 and libstdc++ (c10::str, the
+# std::string inside every error message, stream buffers) is instantiated
+# in our objects and exchanged with torch's libraries, so it must have
+# torch's layout in every object that is linked together.
+function(torch_abi_flags TARGET)
+  if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])"
+     AND NOT CMAKE_MATCH_1 STREQUAL TORCH_CXX11_ABI)
+    message(FATAL_ERROR "TORCH_CXX_FLAGS (${TORCH_CXX_FLAGS}) disagree with "
+                        "torch.compiled_with_cxx11_abi() = ${TORCH_CXX11_ABI}")
+  endif()
+  target_compile_definitions(${TARGET} PRIVATE _GLIBCXX_USE_CXX11_ABI=${TORCH_CXX11_ABI})
+endfunction()
+
+# myops_add_cpu_isa_sources(<target> <sources>...)
+# Compiles the sources once per ISA in MYOPS_CPU_ISAS (DEFAULT, AVX2, AVX512
+# on x86-64), with that ISA's MYOPS_ISA_FLAGS_<ISA> and
+# CPU_CAPABILITY=<ISA>, into object libraries linked into <target>, which
+# gets MYOPS_HAVE_CPU_ISA_<ISA> for each. Per-ISA sources name their entry
+# points with MYOPS_CPU_ISA_FN (csrc/cpu/isa.h). Each object library uses
+# torch's usage requirements (include dirs, definitions, TORCH_CXX_FLAGS) and
+# torch's ABI, as the target's own sources do.
+function(myops_add_cpu_isa_sources TARGET)
+  foreach(_isa IN LISTS MYOPS_CPU_ISAS)
+    set(_lib ${TARGET}_cpu_${_isa})
+    add_library(${_lib} OBJECT ${ARGN})
+    target_include_directories(${_lib} PRIVATE ${CMAKE_SOURCE_DIR}/csrc)
+    target_link_libraries(${_lib} PRIVATE torch)
+    torch_abi_flags(${_lib})
+    target_compile_definitions(${_lib} PRIVATE
+      CPU_CAPABILITY=${_isa} CPU_CAPABILITY_${_isa} MYOPS_CPU_ISA_${_isa})
+    target_compile_options(${_lib} PRIVATE -O3 ${MYOPS_ISA_FLAGS_${_isa}})
+    target_sources(${TARGET} PRIVATE $<TARGET_OBJECTS:${_lib}>)
+    target_compile_definitions(${TARGET} PRIVATE MYOPS_HAVE_CPU_ISA_${_isa})
+  endforeach()
+endfunction()

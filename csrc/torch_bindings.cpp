@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// Op schemas and their per-device implementations. Kept thin: argument
-// checking lives in layernorm/layernorm_args.cpp, kernels in their own files.
+// Op schemas and their per-device implementations, grouped by op family.
+// Kept thin: argument checking lives in each family's *_args.cpp (on
+// core/checks.h), kernels in their own files.
 #include "core/registration.h"
 #include "ops.h"
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  // ---- Core ----
+  // Which vector ISA the CPU kernels run with on this machine.
+  ops.def("cpu_kernel_isa() -> str", &cpu_kernel_isa);
+
+  // ---- RMSNorm ----
   // Root Mean Square normalisation over the last dim:
   //   result = (input / sqrt(mean(input^2) + epsilon)).to(dtype) * weight
   // weight=None means no scale.
@@ -19,9 +25,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
       "fused_add_rms_norm(Tensor! input, Tensor! residual, Tensor? weight, "
       "float epsilon) -> ()");
   ops.impl("fused_add_rms_norm", c10::kCPU, &fused_add_rms_norm_cpu);
-
-  // Which vector ISA the CPU kernels run with on this machine.
-  ops.def("cpu_kernel_isa() -> str", &cpu_kernel_isa);
 
 #ifdef VLLM_MYOPS_WITH_CUDA
   ops.impl("rms_norm", c10::kCUDA, &rms_norm_cuda);

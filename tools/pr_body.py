@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes a pull-request body: PR_TEMPLATE.md filled from real result files.
 
-    vllm-myops pr-body \\
+    python -m tools.pr_body \\
         --purpose "Faster RMSNorm ..." --issue 4 \\
         --junit cpu=out/junit-cpu.xml --junit "H200=out/junit-h200.xml" \\
         --bench out/before-h200.json out/after-h200.json \\
@@ -17,8 +17,8 @@ Inputs, each optional and repeatable where it makes sense:
 - ``--junit [LABEL=]PATH``: pytest ``--junitxml`` files (one per machine);
   ``--pytest-log [LABEL=]PATH``: a pytest console log (its final
   ``N passed, M skipped in Xs`` line) when no XML was written.
-- ``--bench BEFORE AFTER``: a ``--compare`` pair of JSON files written by
-  ``benchmarks/kernels/benchmark_layernorm.py --save`` (schema
+- ``--bench BEFORE AFTER``: a ``--compare`` pair of JSON files written by a
+  benchmark's ``--save`` (``benchmarks.common.results``, schema
   ``vllm-myops-bench/1``), one pair per GPU/CPU: the table has one row per
   case of the gated implementation (``--impl``, default ``ours``) with the
   time before and after, the speedup, GB/s and % of the copy ceiling measured
@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH_SCHEMA = "vllm-myops-bench/1"
+from benchmarks.common import results, roofline
+
 GATE_SCHEMA = "vllm-myops-lm-eval-gate/1"
 BLOCK_RE = re.compile(
     r"<!-- pr-body:(?P<name>[\w-]+) -->\n.*?<!-- /pr-body:(?P=name) -->", re.S
@@ -167,14 +168,13 @@ def parse_pytest_log(spec: str) -> TestSummary:
 
 def load_bench(path: str | Path) -> dict[str, Any]:
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = results.load_results(path)
+        results.case_fields(doc)
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable JSON file ({e})") from e
-    if doc.get("schema") != BENCH_SCHEMA:
         raise InputError(
-            f"{path}: schema {doc.get('schema')!r}, expected {BENCH_SCHEMA!r} "
-            "(a file written by benchmark_layernorm.py --save)"
-        )
+            f"{path}: not a benchmark results file ({e}; a file written by a "
+            "benchmark's --save)"
+        ) from e
     return doc
 
 
@@ -197,17 +197,12 @@ class BenchRow:
         return None
 
 
-def _key_fields(doc: dict[str, Any]) -> list[str]:
-    fields = list(doc.get("config", {}).get("key_fields") or [])
-    return fields or ["op", "dtype", "rows", "hidden", "impl", "method"]
-
-
 def _pct_ceiling(rec: dict[str, Any], doc: dict[str, Any]) -> float | None:
     if rec.get("pct_ceiling") is not None:
         return float(rec["pct_ceiling"])
     bw = (doc.get("ceiling") or {}).get("bandwidth_bps")
-    if bw and rec.get("bytes") and rec.get("median_us"):
-        return 100.0 * rec["bytes"] / (rec["median_us"] * 1e-6) / bw
+    if rec.get("bytes") and rec.get("median_us"):
+        return roofline.pct_of_ceiling(rec["bytes"], rec["median_us"], bw)
     return None
 
 
@@ -222,16 +217,9 @@ def bench_rows(
     by the benchmark's key fields. `before_impl` (default `impl`) picks the
     before-run's implementation: for a new kernel, "before" is what users
     run today, e.g. vLLM's own kernel measured in the same run."""
-    fields = [f for f in _key_fields(after) if f != "impl"]
-
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(r.get(f) for f in fields)
-
-    old_impl = before_impl or impl
-    old = {key(r): r for r in before.get("records", []) if r.get("impl") == old_impl}
-    by_impl: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
-    for r in after.get("records", []):
-        by_impl.setdefault(str(r.get("impl")), {})[key(r)] = r
+    fields = results.case_fields(after)
+    old = results.records_by_impl(before, fields).get(before_impl or impl, {})
+    by_impl = results.records_by_impl(after, fields)
     device = str(after.get("metadata", {}).get("device", "?"))
     rows = []
     for k, r in by_impl.get(impl, {}).items():
@@ -261,8 +249,7 @@ def bench_rows(
                 vs=speed_vs,
             )
         )
-    order = ["op", "dtype", "rows", "hidden", "method"]
-    rows.sort(key=lambda row: tuple(str(row.case.get(f, "")).zfill(8) for f in order))
+    rows.sort(key=lambda row: tuple(str(v).zfill(8) for v in row.case.values()))
     return rows
 
 
@@ -272,21 +259,30 @@ def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return f"{x:{spec}}{suffix}"
 
 
+def _is_size(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def bench_table(rows: list[BenchRow], vs: list[str]) -> str:
+    """One line per case. The case's integer fields (rows, hidden; m, n, k)
+    form one shape column, its other fields one column each; the timing
+    method is shown only when the rows differ in it."""
+    fields = list(rows[0].case) if rows else []
+    sizes = [f for f in fields if all(_is_size(r.case.get(f)) for r in rows)]
+    named = [f for f in fields if f not in sizes and f != "method"]
     methods = {str(r.case.get("method")) for r in rows}
-    head = ["device", "op", "dtype", "shape (rows×hidden)"]
+    head = ["device", *named]
+    if sizes:
+        head.append(f"shape ({'×'.join(sizes)})")
     if len(methods) > 1:
         head.append("timing")
     head += ["before µs", "after µs", "speedup", "GB/s", "% of ceiling", "% of floor"]
     head += [f"vs {v}" for v in vs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [
-            r.device,
-            str(r.case.get("op")),
-            str(r.case.get("dtype")),
-            f"{r.case.get('rows')}×{r.case.get('hidden')}",
-        ]
+        cells = [r.device, *(str(r.case.get(f)) for f in named)]
+        if sizes:
+            cells.append("×".join(str(r.case.get(f)) for f in sizes))
         if len(methods) > 1:
             cells.append(str(r.case.get("method")))
         cells += [
@@ -299,7 +295,7 @@ def bench_table(rows: list[BenchRow], vs: list[str]) -> str:
         ]
         cells += [_fmt(r.vs.get(v), ".2f", "×") for v in vs]
         if r.status != "ok":
-            cells[4] += f" ({r.status})"
+            cells[head.index("before µs")] += f" ({r.status})"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -528,11 +524,12 @@ def build_body(args: argparse.Namespace) -> str:
     # Commands actually run: given ones first, then what the files recorded.
     commands = list(args.command)
     for _, after in bench_pairs:
-        argv = after.get("metadata", {}).get("argv")
-        if argv:
-            cmd = "python " + shlex.join(str(a) for a in argv)
-            if cmd not in commands:
-                commands.append(cmd)
+        meta = after.get("metadata", {})
+        cmd = meta.get("command")
+        if not cmd and meta.get("argv"):  # files written before "command" was recorded
+            cmd = "python " + shlex.join(str(a) for a in meta["argv"])
+        if cmd and cmd not in commands:
+            commands.append(cmd)
     for c in eval_cmds:
         if c not in commands:
             commands.append(c)
@@ -642,7 +639,7 @@ def build_body(args: argparse.Namespace) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="vllm-myops pr-body",
+        prog="python -m tools.pr_body",
         description="Fill PR_TEMPLATE.md from test, benchmark and lm-eval result files.",
     )
     ap.add_argument(
@@ -683,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         body = build_body(args)
     except InputError as e:
-        print(f"vllm-myops pr-body: {e}", file=sys.stderr)
+        print(f"tools.pr_body: {e}", file=sys.stderr)
         return 2
     if args.output:
         Path(args.output).write_text(body)

@@ -12,7 +12,7 @@ bash tools/setup_env.sh
 PY="${VLLM_MYOPS_PYTHON:-.venv/bin/python}"
 
 say "CUDA compile check: every csrc/**/*.cu for each default arch, against CUDA torch headers"
-bash tools/check_cuda_compile.sh
+bash tools/ci/check_cuda_compile.sh
 
 if [[ -f tools/ci/ci_lint.sh ]]; then
   say "lint: pre-commit hooks and the Buildkite pipeline validator"

@@ -1,26 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""vLLM general plugin: registers the ``myops`` IR providers.
+"""vLLM general plugin: plugs every op family of vllm_myops.ops into vLLM.
 
 vLLM calls the ``vllm.general_plugins`` entry point ``myops`` ->
 ``vllm_myops:register`` in every process (API server, engine core, workers),
 possibly several times per process. ``register()`` is idempotent, cheap (no
-kernel runs, no device initialised) and never raises: whatever goes wrong is
-one warning and vLLM keeps serving on its own kernels.
+kernel runs, no device initialised) and never raises: it checks the vLLM
+version, loads the compiled extension once, then calls each family's
+``register(context)``, each on its own, so one family failing never stops
+another. Whatever goes wrong is one warning (once across vLLM's processes)
+and vLLM keeps serving on its own kernels for that family.
 
-Enabling (vLLM chooses providers per op from a priority list; it appends the
-platform default, ``native`` on CPU, to whatever the user gives):
-
-- ``--ir-op-priority '{"rms_norm":["myops"],"fused_add_rms_norm":["myops"]}'``
-  (``kernel_config.ir_op_priority`` in Python), or
-- opt-in default: ``MYOPS_PRIORITY=1`` in the environment puts ``myops`` at
-  the front of the *platform default* list for our two ops. Because vLLM
-  appends platform defaults after the user's list, an explicit
-  ``--ir-op-priority`` still wins (``["native"]`` stays native-only), and
-  ``native`` still follows ``myops`` for the calls we do not support. This is
-  the mechanism vLLM itself uses for ``VLLM_USE_OINK_OPS`` on CUDA
-  (``CudaPlatform.get_default_ir_op_priority``); we wrap that classmethod of
-  the current platform. It matters in the process that builds the
-  ``VllmConfig`` (API server / ``LLM()``); workers receive the resolved list.
+Enabling the IR families (vLLM chooses providers per op from a priority
+list; it appends the platform default, ``native`` on CPU, to whatever the
+user gives): ``--ir-op-priority '{"<op>":["myops"], ...}'``
+(``kernel_config.ir_op_priority`` in Python), or the opt-in default
+``MYOPS_PRIORITY=1`` (vllm_myops.vllm_ir).
 
 Supported vLLM versions: 0.24 to 0.33 (the versions with the vLLM IR op
 API); other versions get a clear warning (older: plugin inactive).
@@ -28,13 +22,15 @@ API); other versions get a clear warning (older: plugin inactive).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
 import zlib
 from typing import Any
 
-from vllm_myops import _extension, observability
+from vllm_myops import _extension, ops
+from vllm_myops.family import FamilyStatus, RegistrationContext
 
 logger = logging.getLogger("vllm.myops")
 
@@ -61,19 +57,20 @@ if not any(isinstance(h, _UntilVllmConfiguresLogging) for h in logger.handlers):
     )
     logger.addHandler(_fallback)
 
-PROVIDER = "myops"
 MIN_VLLM = (0, 24)
 MAX_VLLM = (0, 33)  # newest minor release checked
-ENV_PRIORITY = "MYOPS_PRIORITY"
 ENV_SIMULATE_LOAD_FAILURE = "MYOPS_SIMULATE_LOAD_FAILURE"
-# Set in the environment once the "kernels unavailable" warning was shown,
-# so that the engine-core and worker processes vLLM starts from this one
-# (they inherit the environment) log it at INFO instead of repeating it.
+# Set in the environment once a warning was shown (a comma-separated list of
+# message hashes), so that the engine-core and worker processes vLLM starts
+# from this one (they inherit the environment) log it at INFO instead of
+# repeating it.
 _ENV_WARNED = "_MYOPS_WARNED"
 
 _lock = threading.Lock()
 _done = False
-# What register() found, for `vllm-myops doctor` and the tests.
+# What register() found, for `vllm-myops doctor` and the tests: the global
+# stage (version, extension), each family's status under "families", and a
+# summary of the families in "registered", "supported" and "reason".
 STATUS: dict[str, Any] = {
     "registered": False,
     "vllm_version": None,
@@ -81,6 +78,7 @@ STATUS: dict[str, Any] = {
     "supported": False,
     "reason": "register() not called",
     "default_priority_patched": False,
+    "families": {},
 }
 
 
@@ -98,9 +96,8 @@ def register() -> None:
         except Exception as e:  # never break vLLM start-up
             STATUS["reason"] = f"registration failed: {type(e).__name__}: {e}"
             _warn_once(
-                "vllm-myops: could not register its vLLM IR providers "
-                f"({type(e).__name__}: {e}); vLLM runs RMSNorm with its own "
-                "kernels."
+                f"vllm-myops: registration failed ({type(e).__name__}: {e}); "
+                "vLLM runs with its own kernels."
             )
 
 
@@ -155,11 +152,12 @@ def version_message(v: str | None) -> str | None:
 
 
 def _warn_once(msg: str) -> None:
-    key = f"{zlib.crc32(msg.split(';')[0].encode()):08x}"
-    if os.environ.get(_ENV_WARNED) == key:
+    key = f"{zlib.crc32(msg.encode()):08x}"
+    warned = os.environ.get(_ENV_WARNED, "").split(",")
+    if key in warned:
         logger.info("%s (as warned by the parent process)", msg)
         return
-    os.environ[_ENV_WARNED] = key
+    os.environ[_ENV_WARNED] = ",".join(k for k in (*warned, key) if k)
     logger.warning("%s", msg)
 
 
@@ -169,6 +167,25 @@ def _load_extension() -> tuple[bool, str]:
     if _extension.is_available():
         return True, "loaded"
     return False, f"vllm_myops._myops_C failed to load: {_extension.load_error()}"
+
+
+def _register_family(family: ops.Family, context: RegistrationContext) -> FamilyStatus:
+    """One family's register(), its failure contained and warned about."""
+    try:
+        module = importlib.import_module(family.registration)
+        status: FamilyStatus = module.register(context)
+    except Exception as e:
+        err = f"{type(e).__name__}: {e}"
+        status = FamilyStatus(
+            reason=f"registration failed: {err}",
+            warning=(
+                f"vllm-myops: could not register the {family.name} family "
+                f"({err}); vLLM runs {family.title} with its own kernels."
+            ),
+        )
+    if status.warning:
+        _warn_once(status.warning)
+    return status
 
 
 def _register() -> None:
@@ -182,91 +199,24 @@ def _register() -> None:
     if msg:
         logger.warning("vllm-myops: %s", msg)
 
-    try:
-        from vllm import ir
-
-        ops = ir.ops
-        for name in ("rms_norm", "fused_add_rms_norm"):
-            if not hasattr(getattr(ops, name), "register_impl"):
-                raise AttributeError(f"vllm.ir.ops.{name}.register_impl")
-    except Exception as e:
-        STATUS["reason"] = f"vLLM IR API missing ({type(e).__name__}: {e})"
-        _warn_once(
-            f"vllm-myops: the installed vLLM ({version}) has no usable vLLM IR "
-            f"op API ({type(e).__name__}: {e}); the plugin is inactive and vLLM "
-            "runs RMSNorm with its own kernels. Supported: vLLM 0.24 to 0.33."
-        )
-        return
-
-    from vllm_myops import ir_providers
-
     loaded, load_reason = _load_extension()
-    supported, reason = False, load_reason
-    if loaded:
-        supported, reason = ir_providers.platform_support(_extension.build_info())
-        if supported:
-            reason = _describe_kernels(reason)
-    STATUS.update(loaded=loaded, supported=supported, reason=reason)
-    observability.set_status(loaded=loaded, supported=supported, reason=reason)
-
-    if ir_providers.PROVIDER in ops.rms_norm.impls and ir_providers.PROVIDER in (
-        ops.fused_add_rms_norm.impls
-    ):
-        # Registered by an earlier import of this module under another name
-        # (or by a test); nothing to add.
-        STATUS["registered"] = True
-        return
-
-    observability.install_native_counting(ops)
-    ir_providers.register_providers(loaded=loaded, supported=supported)
-    observability.install_choice_logging(ops)
-    STATUS["registered"] = True
-
-    if not supported:
-        _warn_once(
-            f"vllm-myops: kernels unavailable ({reason}); provider 'myops' is "
-            "registered as unsupported and vLLM runs RMSNorm with its own "
-            "kernels (native)."
-        )
-    elif os.environ.get(ENV_PRIORITY, "") not in ("", "0"):
-        STATUS["default_priority_patched"] = _prepend_to_platform_default()
-
-
-def _describe_kernels(platform_reason: str) -> str:
-    try:
-        from vllm_myops import _custom_ops
-
-        if platform_reason.startswith("cpu"):
-            return f"cpu kernels, {_custom_ops.cpu_kernel_isa()}"
-    except Exception:
-        pass
-    return platform_reason
-
-
-def _prepend_to_platform_default() -> bool:
-    """MYOPS_PRIORITY=1: myops first in the platform default priority of our
-    two ops (see module docstring for why this is safe)."""
-    from vllm.platforms import current_platform
-
-    cls = type(current_platform)
-    current = cls.get_default_ir_op_priority
-    if getattr(current, "_myops_prepended", False):
-        return True
-
-    def get_default_ir_op_priority(klass: Any, vllm_config: Any) -> Any:
-        cfg = current(vllm_config)
-        for name in ("rms_norm", "fused_add_rms_norm"):
-            lst = list(getattr(cfg, name, None) or [])
-            if PROVIDER not in lst:
-                setattr(cfg, name, [PROVIDER, *lst])
-        return cfg
-
-    get_default_ir_op_priority._myops_prepended = True  # type: ignore[attr-defined]
-    cls.get_default_ir_op_priority = classmethod(get_default_ir_op_priority)  # type: ignore[method-assign]
-    logger.info(
-        "vllm-myops: %s=1: 'myops' leads the default IR op priority of "
-        "rms_norm and fused_add_rms_norm (an explicit --ir-op-priority still "
-        "comes first)",
-        ENV_PRIORITY,
+    STATUS["loaded"] = loaded
+    context = RegistrationContext(
+        vllm_version=version,
+        extension_loaded=loaded,
+        extension_reason=load_reason,
+        build_info=_extension.build_info() if loaded else {},
     )
-    return True
+    families = {f.name: _register_family(f, context) for f in ops.FAMILIES}
+    STATUS["families"] = {name: s.as_dict() for name, s in families.items()}
+    STATUS["registered"] = bool(families) and all(
+        s.registered for s in families.values()
+    )
+    STATUS["supported"] = bool(families) and all(s.supported for s in families.values())
+    STATUS["default_priority_patched"] = any(
+        s.default_priority_patched for s in families.values()
+    )
+    if len(families) == 1:
+        STATUS["reason"] = next(iter(families.values())).reason
+    else:
+        STATUS["reason"] = "; ".join(f"{n}: {s.reason}" for n, s in families.items())

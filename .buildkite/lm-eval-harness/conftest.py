@@ -2,7 +2,7 @@
 """pytest options of the lm-eval gate, as in vLLM's
 .buildkite/lm-eval-harness/conftest.py (--config-list-file, --tp-size), plus
 --gate-report: a JSON summary of every config's results (myops and native
-metric values, ranking agreement), the input of `vllm-myops pr-body
+metric values, ranking agreement), the input of `python -m tools.pr_body
 --lm-eval`."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--gate-report",
         action="store",
         default=None,
-        help="write a JSON summary of all configs here (for vllm-myops pr-body)",
+        help="write a JSON summary of all configs here (for python -m tools.pr_body)",
     )
 
 

@@ -18,7 +18,7 @@ server.) Every metric must satisfy, as in vLLM,
 Extensions of the schema used by this repo:
 
 - ``tiny_model: {arch: llama, seed: 0}``: the model is generated locally by
-  ``vllm_myops.models.tiny.make_tiny_model`` (no download); ``model_name``
+  ``vllm_myops.testing.tiny_model.make_tiny_model`` (no download); ``model_name``
   is then only the served name.
 - ``required_device: cuda``: skipped where torch has no CUDA device (the
   real-model GSM8K configs).
@@ -29,7 +29,7 @@ Extensions of the schema used by this repo:
   equal; ``max_loglik_diff`` optionally bounds the largest per-choice
   loglikelihood difference between the two runs.
 - the counters of ``vllm_myops.observability`` (``MYOPS_STATS_DIR``) must
-  show that every RMSNorm call of the myops run went to our kernels, and
+  show that every counted call of the myops run went to our kernels, and
   none of the native run: otherwise the comparison would be vacuous.
 - ``dtype``, ``max_model_len``, ``enforce_eager``, ``num_concurrent``,
   ``server_args`` (list) are passed to the server / lm-eval.
@@ -41,7 +41,6 @@ import contextlib
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +53,6 @@ DEFAULT_RTOL = 0.08
 HERE = Path(__file__).resolve().parent
 TASKS_DIR = HERE / "tasks"
 SERVER_START_TIMEOUT_S = float(os.environ.get("LM_EVAL_SERVER_TIMEOUT", "600"))
-OPS = ("rms_norm", "fused_add_rms_norm")
 
 
 # --------------------------------------------------------------------------
@@ -74,12 +72,10 @@ def resolve_model(cfg: dict[str, Any], cache_dir: Path) -> tuple[str, str]:
     """(path or hub name to serve, tokenizer for lm-eval)."""
     tiny = cfg.get("tiny_model")
     if tiny:
-        from vllm_myops.models import tiny as tiny_models
+        from vllm_myops.testing.tiny_model import make_tiny_model
 
         arch, seed = tiny.get("arch", "llama"), int(tiny.get("seed", 0))
-        out = tiny_models.make_tiny_model(
-            cache_dir / f"tiny-{arch}-seed{seed}", arch, seed
-        )
+        out = make_tiny_model(cache_dir / f"tiny-{arch}-seed{seed}", arch, seed)
         return str(out), str(out)
     return cfg["model_name"], cfg.get("tokenizer", cfg["model_name"])
 
@@ -92,13 +88,13 @@ def cache_root() -> Path:
 
 
 # --------------------------------------------------------------------------
-# Server (vllm_myops.serve: the project's own server launcher)
+# Server (vllm_myops.testing.server: the project's own server harness)
 # --------------------------------------------------------------------------
 
 
 def server_args(name: str, cfg: dict[str, Any], tp_size: str) -> list[str]:
     """vLLM server arguments from the config (the provider priority is added
-    by vllm_myops.serve from use_myops)."""
+    by vllm_myops.testing.server from use_myops)."""
     args = [
         "--served-model-name",
         name,
@@ -131,7 +127,7 @@ def served(
     """A ready vLLM OpenAI server on a free loopback port with the plugin
     loaded and ``provider`` ("myops" or "native") first for our ops; the
     plugin's per-provider counters go to stats_dir. Always torn down."""
-    from vllm_myops.serve import serving
+    from vllm_myops.testing.server import serving
 
     env = {str(k): str(v) for k, v in (cfg.get("env_vars") or {}).items()}
     env["MYOPS_STATS_DIR"] = str(stats_dir)
@@ -263,8 +259,8 @@ def compare_rankings(
 
 
 def provider_counts(stats: dict[str, Any]) -> dict[str, int] | None:
-    """Total RMSNorm calls by provider, from the plugin's stats files
-    (vllm_myops.observability.read_stats)."""
+    """Total calls of our ops by provider, from the plugin's stats files
+    (vllm_myops.observability.stats_files.read_stats)."""
     if not stats.get("processes"):
         return None
     totals: dict[str, int] = {}
@@ -437,27 +433,10 @@ def evaluate_config(
     return summary
 
 
-def load_task_module() -> Any:
-    """The myops_tiny_mc task's utils.py, by path (a bare `import utils`
-    could return another test directory's utils module)."""
-    import importlib.util
-
-    name = "myops_tiny_mc_utils"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, TASKS_DIR / "myops_tiny_mc" / "utils.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def tiny_docs(model_dir: str, cache: Path) -> Path:
     """The myops_tiny_mc documents for this model, built once and cached."""
-    tiny_mc = load_task_module()
+    from vllm_myops.testing import tiny_mc
+
     stamp = json.loads((Path(model_dir) / "myops_tiny_model.json").read_text())
     key = (
         f"myops_tiny_mc-v{tiny_mc.GENERATOR_VERSION}-{stamp['arch']}-s{stamp['seed']}"

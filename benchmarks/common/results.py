@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -87,6 +88,15 @@ def source_hash(paths: Iterable[str] = ("csrc", "CMakeLists.txt")) -> str:
     return h.hexdigest()[:16]
 
 
+def command_line() -> str:
+    """The command that ran this process, as one would type it again
+    (`python -m package.module ARGS` for a module run with -m)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    head = ["-m", spec.name] if spec is not None and spec.name else sys.argv[:1]
+    return "python " + shlex.join([*head, *sys.argv[1:]])
+
+
 def metadata(device: torch.device | str | None = None) -> dict[str, Any]:
     device = torch.device(device) if device is not None else None
     meta: dict[str, Any] = {
@@ -100,6 +110,7 @@ def metadata(device: torch.device | str | None = None) -> dict[str, Any]:
         "git": git_commit(),
         "source_hash": source_hash(),
         "argv": sys.argv,
+        "command": command_line(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_threads": torch.get_num_threads(),
     }
@@ -209,8 +220,23 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def _key(rec: dict[str, Any], fields: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(rec.get(f) for f in fields)
+def case_fields(doc: dict[str, Any]) -> list[str]:
+    """The fields that name a case (the benchmark's config.key_fields, "impl"
+    left out): records of different implementations of one case share them."""
+    fields = [f for f in doc.get("config", {}).get("key_fields") or [] if f != "impl"]
+    if not fields:
+        raise ValueError("no key_fields to match records on")
+    return fields
+
+
+def records_by_impl(
+    doc: dict[str, Any], fields: Sequence[str]
+) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
+    """{impl: {case key: record}}, the case key being the values of `fields`."""
+    out: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
+    for r in doc.get("records", []):
+        out.setdefault(str(r.get("impl")), {})[tuple(r.get(f) for f in fields)] = r
+    return out
 
 
 def compare(
@@ -228,19 +254,11 @@ def compare(
     key_fields default to new["config"]["key_fields"]; records of other
     implementations are ignored (baselines may move with their own versions).
     """
-    fields = list(key_fields or new.get("config", {}).get("key_fields") or [])
-    if not fields:
-        raise ValueError("no key_fields to match records on")
-    if "impl" not in fields:
-        fields.append("impl")
-
-    def index(doc: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
-        return {
-            _key(r, fields): r for r in doc["records"] if r.get("impl") == gate_impl
-        }
-
-    old_i, new_i = index(old), index(new)
-    shown = [f for f in fields if f != "impl"]
+    fields = (
+        [f for f in key_fields if f != "impl"] if key_fields else case_fields(new)
+    )
+    old_i = records_by_impl(old, fields).get(gate_impl, {})
+    new_i = records_by_impl(new, fields).get(gate_impl, {})
     regressed: list[tuple[Any, ...]] = []
     print(
         f"regression gate: {gate_impl} {value}, threshold +{threshold_pct:.1f}% "
@@ -256,7 +274,7 @@ def compare(
             file=out,
         )
     for key, nr in new_i.items():
-        label = " ".join(f"{f}={v}" for f, v in zip(fields, key) if f in shown)
+        label = " ".join(f"{f}={v}" for f, v in zip(fields, key))
         orr = old_i.get(key)
         if orr is None:
             print(f"  {label}: new case (no baseline)", file=out)
@@ -284,7 +302,7 @@ def compare(
         if delta > threshold_pct:
             regressed.append(key)
     for key in sorted(old_i.keys() - new_i.keys(), key=str):
-        label = " ".join(f"{f}={v}" for f, v in zip(fields, key) if f in shown)
+        label = " ".join(f"{f}={v}" for f, v in zip(fields, key))
         print(f"  {label}: in old only (not measured now)", file=out)
     n = len(regressed)
     print(

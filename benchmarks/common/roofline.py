@@ -1,9 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Roofline helpers: bytes each op must move, the memory ceiling, percentages.
+"""Roofline helpers: bytes and FLOPs each op must do, the ceilings, percentages.
 
 - Bytes models: the fewest bytes an op must move through device memory (each
   input read once, each output written once), registered by op name so later
   benchmarks (quantized GEMM, attention) add their own next to these.
+- FLOP models: the arithmetic an op must do, registered the same way; an op
+  without one is memory-bound by definition (RMSNorm).
+- Roofline: the ideal time of a case is max(bytes / bandwidth, flops / peak);
+  `bound` says which roof it is under, `pct_of_roofline` how close it gets.
+- Compute ceiling: a large matmul measured in the same run (bf16 through
+  cuBLAS on CUDA, fp32 on CPU), FLOP/s.
 - Ceiling: a large device-to-device copy measured in the same run, counting
   bytes read + written (the guide's 4.27 TB/s on the H200; datasheet 4.8).
   On CPU the same with a large memcpy (`Tensor.copy_`, which torch splits over
@@ -81,22 +87,6 @@ def bytes_moved(op: str, **shape: Any) -> int:
     return int(model(**shape))
 
 
-@register_bytes_model("rms_norm")
-def _rms_norm_bytes(
-    rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
-) -> int:
-    # read x, write out, read the weight once
-    return element_size(dtype) * (2 * rows * hidden + (hidden if weight else 0))
-
-
-@register_bytes_model("fused_add_rms_norm")
-def _fused_add_rms_norm_bytes(
-    rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
-) -> int:
-    # read x and residual, write both back, read the weight once
-    return element_size(dtype) * (4 * rows * hidden + (hidden if weight else 0))
-
-
 @register_bytes_model("elementwise")
 def _elementwise_bytes(numel: int, dtype: torch.dtype, passes: int = 1) -> int:
     # each pass reads numel elements and writes numel elements
@@ -110,6 +100,77 @@ def _copy_bytes(nbytes: int) -> int:
 
 def known_ops() -> list[str]:
     return sorted(_BYTES_MODELS)
+
+
+# ---------------------------------------------------------------------------
+# FLOP models
+# ---------------------------------------------------------------------------
+
+FlopsModel = Callable[..., int]
+_FLOPS_MODELS: dict[str, FlopsModel] = {}
+
+
+def register_flops_model(name: str) -> Callable[[FlopsModel], FlopsModel]:
+    def deco(fn: FlopsModel) -> FlopsModel:
+        _FLOPS_MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+def flops_done(op: str, **shape: Any) -> int | None:
+    """FLOPs `op` must do for this shape; None when it has no FLOP model
+    (a memory-bound op: its roofline is the bytes roof alone)."""
+    model = _FLOPS_MODELS.get(op)
+    return None if model is None else int(model(**shape))
+
+
+@register_flops_model("matmul")
+def _matmul_flops(m: int, n: int, k: int) -> int:
+    return 2 * m * n * k  # one multiply and one add per (m, n, k)
+
+
+def roofline_time_us(
+    nbytes: int,
+    flops: int | None,
+    bandwidth_bps: float | None,
+    flops_per_s: float | None,
+) -> float | None:
+    """The ideal time: max(bytes / bandwidth, flops / peak) over the roofs known."""
+    times = []
+    if bandwidth_bps:
+        times.append(nbytes / bandwidth_bps * 1e6)
+    if flops and flops_per_s:
+        times.append(flops / flops_per_s * 1e6)
+    return max(times) if times else None
+
+
+def bound(
+    nbytes: int,
+    flops: int | None,
+    bandwidth_bps: float | None,
+    flops_per_s: float | None,
+) -> str | None:
+    """"memory" or "compute": the roof that sets the ideal time."""
+    if not bandwidth_bps:
+        return "compute" if flops and flops_per_s else None
+    if not (flops and flops_per_s):
+        return "memory"
+    return "compute" if flops / flops_per_s > nbytes / bandwidth_bps else "memory"
+
+
+def pct_of_roofline(
+    nbytes: int,
+    flops: int | None,
+    time_us: float,
+    bandwidth_bps: float | None,
+    flops_per_s: float | None,
+) -> float | None:
+    """ideal time / time in %: 100 means on the roofline."""
+    ideal = roofline_time_us(nbytes, flops, bandwidth_bps, flops_per_s)
+    if ideal is None or time_us <= 0:
+        return None
+    return 100.0 * ideal / time_us
 
 
 # ---------------------------------------------------------------------------
@@ -151,6 +212,70 @@ def neg_pass(pairs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
 # ---------------------------------------------------------------------------
 # Ceiling
 # ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ComputeCeiling:
+    flops_per_s: float
+    dtype: str
+    shape: tuple[int, int, int]  # (m, n, k) of the matmul
+    median_us: float
+    samples: int
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def measure_compute_ceiling(
+    device: torch.device | str,
+    *,
+    dtype: torch.dtype | None = None,
+    n: int | None = None,
+    reps: int = 20,
+    warmup: int = 3,
+) -> ComputeCeiling:
+    """A square matmul's FLOP/s: bf16 n=8192 on CUDA (cuBLAS, events, median
+    of `reps`); fp32 n=2048 on CPU (perf_counter, fastest of `reps`, as the
+    copy ceiling)."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    dtype = dtype or (torch.bfloat16 if cuda else torch.float32)
+    n = n or (8192 if cuda else 2048)
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    out = torch.empty(n, n, dtype=dtype, device=device)
+    for _ in range(warmup):
+        torch.matmul(a, b, out=out)
+    times = []
+    if cuda:
+        evs = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(reps)
+        ]
+        for start, end in evs:
+            start.record()
+            torch.matmul(a, b, out=out)
+            end.record()
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) * 1e3 for start, end in evs]
+        t_us, how = statistics.median(times), "cuBLAS torch.matmul, events, median"
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.matmul(a, b, out=out)
+            times.append((time.perf_counter() - t0) * 1e6)
+        t_us = min(times)
+        how = f"cpu torch.matmul ({torch.get_num_threads()} threads), fastest of {reps}"
+    flops = flops_done("matmul", m=n, n=n, k=n) or 0
+    return ComputeCeiling(
+        flops_per_s=flops / (t_us * 1e-6),
+        dtype=str(dtype).replace("torch.", ""),
+        shape=(n, n, n),
+        median_us=t_us,
+        samples=reps,
+        method=how,
+    )
 
 
 @dataclasses.dataclass

@@ -2,22 +2,23 @@
 """End-to-end serving benchmark: the same model served by vLLM's OpenAI
 server with the myops provider and with vLLM's native RMSNorm, side by side.
 
-    .venv/bin/python benchmarks/e2e/benchmark_serving.py                # tiny Llama
-    .venv/bin/python benchmarks/e2e/benchmark_serving.py --model DIR --save out.json
+    .venv/bin/python -m benchmarks.e2e.benchmark_serving                # tiny Llama
+    .venv/bin/python -m benchmarks.e2e.benchmark_serving --model DIR --save out.json
     ... --enforce-eager            # vLLM eager mode instead of its default (compiled)
 
 Method. One server at a time (the machine has 2 cores), started with
-vllm_myops.serve.VllmServer (free loopback port, always torn down), in the
+vllm_myops.testing.server.VllmServer (free loopback port, always torn down), in the
 order myops, native, native, myops, ... (ABBA, --repeats rounds) so drift of a
 shared machine hits both sides alike. Per server: warm-up requests, then for
 each concurrency level C a fixed batch of streamed /v1/completions requests
-(fixed prompt, max_tokens, ignore_eos, temperature 0), C in flight at a time.
+through the openai client (fixed prompt, max_tokens, ignore_eos, temperature
+0), C in flight at a time.
 Reported per (provider, C), median over repeats:
 - output tokens/s (all completion tokens / wall time of the batch),
 - request latency p50/p95, TTFT p50 (first streamed token), TPOT p50 (mean
   time between later tokens of a request).
 The counters of each server (MYOPS_STATS_DIR) are recorded too: the myops
-server must have run every RMSNorm call on myops, the native one none.
+server must have run every call of our ops on myops, the native one none.
 
 On a tiny model RMSNorm is a small share of each step (matmuls, attention,
 sampling, HTTP and scheduling dominate), so expect equal throughput within
@@ -28,53 +29,38 @@ comparison lives in benchmarks/kernels/.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))
+import openai
 
-from vllm_myops.serve import TINY_KV_CACHE_BYTES, VllmServer  # noqa: E402
+from vllm_myops.testing.server import VllmServer, tiny_model_memory_args
 
 
 def _stream_completion(
-    host: str, port: int, model: str, prompt: str, max_tokens: int, timeout: float
+    client: openai.OpenAI, model: str, prompt: str, max_tokens: int
 ) -> dict[str, Any]:
-    body = json.dumps({
-        "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-    })  # fmt: skip
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     t0 = time.perf_counter()
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    if resp.status != 200:
-        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    stream = client.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     stamps: list[float] = []
     tokens = 0
-    while True:
-        line = resp.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            break
-        chunk = json.loads(data)
-        if chunk.get("choices") and chunk["choices"][0].get("text"):
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].text:
             stamps.append(time.perf_counter())
-        if chunk.get("usage"):
-            tokens = int(chunk["usage"].get("completion_tokens") or 0)
-    conn.close()
+        if chunk.usage:
+            tokens = int(chunk.usage.completion_tokens or 0)
     t1 = time.perf_counter()
     n = len(stamps)
     return {
@@ -87,13 +73,12 @@ def _stream_completion(
 
 
 def _batch(
-    server: VllmServer,
+    client: openai.OpenAI,
     model: str,
     prompt: str,
     n: int,
     conc: int,
     max_tokens: int,
-    timeout: float,
 ) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -107,9 +92,7 @@ def _batch(
                     return
                 todo.pop()
             try:
-                r = _stream_completion(
-                    server.host, server.port, model, prompt, max_tokens, timeout
-                )
+                r = _stream_completion(client, model, prompt, max_tokens)
             except Exception as e:  # recorded, the run reports it
                 with lock:
                     errors.append(f"{type(e).__name__}: {e}")
@@ -143,11 +126,7 @@ def _batch(
 
 def run_server(provider: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     extra = list(args.vllm_args)
-    if not any(
-        a.startswith(("--kv-cache-memory-bytes", "--gpu-memory-utilization"))
-        for a in extra
-    ):
-        extra += ["--kv-cache-memory-bytes", str(TINY_KV_CACHE_BYTES)]
+    extra += tiny_model_memory_args(extra)
     if args.enforce_eager:
         extra.append("--enforce-eager")
     srv = VllmServer(model, extra, use_myops=provider == "myops")
@@ -158,15 +137,14 @@ def run_server(provider: str, model: str, args: argparse.Namespace) -> dict[str,
     with srv:
         ready = srv.wait_ready(args.startup_timeout)
         served = srv.model_id()
+        client = srv.client(timeout=300)
         for _ in range(args.warmup):
-            _stream_completion(
-                srv.host, srv.port, served, args.prompt, args.max_tokens, 300
-            )
+            _stream_completion(client, served, args.prompt, args.max_tokens)
         levels = {}
         for conc in args.concurrency:
             n = max(args.requests, conc)
             levels[str(conc)] = _batch(
-                srv, served, args.prompt, n, conc, args.max_tokens, 300
+                client, served, args.prompt, n, conc, args.max_tokens
             )
             lv = levels[str(conc)]
             print(
@@ -219,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         model = args.model
     else:
-        from vllm_myops.models.tiny import default_model_dir, make_tiny_model
+        from vllm_myops.testing.tiny_model import default_model_dir, make_tiny_model
 
         model = str(make_tiny_model(default_model_dir("llama"), "llama"))
 
@@ -273,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'':>3} myops/native throughput: {a['output_tok_per_s'] / b['output_tok_per_s']:.3f}x"
             )
     print(
-        f"counters: myops servers ran every RMSNorm call on myops, native ones none: {evidence_ok}"
+        f"counters: myops servers ran every call of our ops on myops, native ones none: {evidence_ok}"
     )
 
     if args.save:

@@ -13,7 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "layernorm/rms_norm_params.h"  // vllm_myops::DType
+#include "core/dtype.h"
 
 namespace vllm_myops::cuda {
 

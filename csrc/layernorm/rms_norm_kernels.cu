@@ -23,22 +23,19 @@
 //   launch with the previous kernel's tail; VLLM_MYOPS_DISABLE_PDL=1 turns it
 //   off (for A/B timing or debugging).
 //
-// Rounding follows vLLM (and the CPU kernels / vllm_myops.reference):
+// Rounding follows vLLM (and the CPU kernels / vllm_myops.layernorm.reference):
 //   out = T(T(x * rsqrt(mean(x^2) + eps)) * w), sums in fp32;
 //   fused add normalises s = T(x + residual), the value stored to residual.
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
-#include <string>
 
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
 #include "cuda/dispatch_utils.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/reduction_utils.cuh"
 #include "cuda/vectorized_access.cuh"
 #include "layernorm/layernorm_args.h"
@@ -48,51 +45,30 @@
 namespace vllm_myops {
 namespace {
 
+using cuda::allow_dependent_grids_to_launch;
+using cuda::ceil_div;
 using cuda::kWarpSize;
 using cuda::LoadPath;
 using cuda::Vec16;
-
-// ---- Programmatic dependent launch (sm_90+) ---------------------------------
-// A kernel launched with programmatic stream serialization may be scheduled
-// while the previous kernel of the stream is still running. It must not touch
-// global memory before wait_for_prior_grids(), which returns once the previous
-// grid has completed and its writes are visible.
-// allow_dependent_grids_to_launch() lets the next kernel get scheduled the
-// same way; it only affects when that kernel starts, never what it sees. Both
-// are no-ops without the launch attribute and compile to nothing below sm_90.
-
-__device__ __forceinline__ void wait_for_prior_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_dependent_grids_to_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
+using cuda::wait_for_prior_grids;
 
 // ---- Kernel arguments -------------------------------------------------------
 
-// RowLayout::offset with the division by inner_rows done as a multiply-high
-// and shift precomputed on the host (Granlund-Montgomery, as CUTLASS's
-// FastDivmod), exact for row < 2^31 (checked at launch). A 64-bit division is
-// a subroutine call of ~70 instructions per row, as much as all the other work
-// of a narrow row (q/k norm over the heads of a fused qkv buffer).
+// RowLayout::offset with the division by inner_rows done by FastDivmod,
+// exact for row < 2^31 (checked at launch): a 64-bit division per row would
+// cost as much as all the other work of a narrow row (q/k norm over the heads
+// of a fused qkv buffer).
 struct RowAddressing {
   int64_t outer_stride = 0;
   int64_t inner_stride = 0;
-  uint32_t inner_rows = 1;
-  uint32_t multiplier = 0;
-  uint32_t shift = 0;
+  cuda::FastDivmod inner_rows;  // divisor 1: a single strided level
 
   __device__ __forceinline__ int64_t offset(int64_t row) const {
-    if (inner_rows == 1) return row * outer_stride;
+    if (inner_rows.divisor == 1) return row * outer_stride;
     const uint32_t r = static_cast<uint32_t>(row);
-    const uint32_t outer = __umulhi(r, multiplier) >> shift;
+    const uint32_t outer = inner_rows.divide(r);
     return outer * outer_stride +
-           static_cast<int64_t>(r - outer * inner_rows) * inner_stride;
+           static_cast<int64_t>(r - outer * inner_rows.divisor) * inner_stride;
   }
 };
 
@@ -626,23 +602,17 @@ __global__ void __launch_bounds__(kLoopedRowThreads, kLoopedRowMinBlocks)
 
 // ---- Host side --------------------------------------------------------------
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 RowAddressing make_row_addressing(const RowLayout& layout, int64_t rows) {
   RowAddressing a;
   a.outer_stride = layout.outer_stride;
   a.inner_stride = layout.inner_stride;
   if (layout.inner_rows > 1) {
     // The multiply-high division is exact for dividends below 2^31.
-    TORCH_CHECK(rows <= INT32_MAX, "rms_norm: ", std::to_string(rows),
+    TORCH_CHECK(rows <= INT32_MAX, "rms_norm: ", rows,
                 " rows in a two-level strided layout are more than the CUDA "
                 "kernels address (2^31 - 1); make the tensor contiguous");
-    const auto d = static_cast<uint32_t>(layout.inner_rows);
-    const int ceil_log2 = 32 - __builtin_clz(d - 1);  // d >= 2
-    const int power = 31 + ceil_log2;
-    a.inner_rows = d;
-    a.multiplier = static_cast<uint32_t>(((uint64_t{1} << power) + d - 1) / d);
-    a.shift = static_cast<uint32_t>(power - 32);
+    a.inner_rows =
+        cuda::FastDivmod::make(static_cast<uint32_t>(layout.inner_rows));
   }
   return a;
 }
@@ -664,51 +634,14 @@ RmsNormKernelArgs make_kernel_args(const RmsNormParams& p) {
   return args;
 }
 
-// Programmatic dependent launch needs an sm_90+ device, and the kernel binary
-// that runs there must contain wait_for_prior_grids() (a build for older
-// archs only would run its sm_8x code, which has none). Off with
-// VLLM_MYOPS_DISABLE_PDL=1, for A/B timing or to rule it out when debugging.
-bool pdl_allowed_on_current_device() {
-  static const bool disabled_by_env = [] {
-    const char* v = std::getenv("VLLM_MYOPS_DISABLE_PDL");
-    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-  }();
-  return !disabled_by_env && at::cuda::getCurrentDeviceProperties()->major >= 9;
-}
-
-template <auto kKernel>
-bool kernel_binary_has_pdl_wait() {
-  // Asked once per kernel, on the first device that launches it.
-  static const bool has_wait = [] {
-    cudaFuncAttributes attributes{};
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kKernel));
-    return attributes.binaryVersion >= 90;
-  }();
-  return has_wait;
-}
-
 template <auto kKernel>
 void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
                    const RmsNormKernelArgs& args) {
-  TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX,
-              "rms_norm: ", std::to_string(args.rows), " rows of width ",
-              std::to_string(args.width), " need ", std::to_string(blocks),
+  TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX, "rms_norm: ", args.rows,
+              " rows of width ", args.width, " need ", blocks,
               " thread blocks, more than a CUDA grid holds");
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute pdl;
-  if (pdl_allowed_on_current_device() &&
-      kernel_binary_has_pdl_wait<kKernel>()) {
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &pdl;
-    config.numAttrs = 1;
-  }
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, args));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cuda::launch_with_pdl<kKernel>(static_cast<unsigned>(blocks), threads,
+                                 stream, args);
 }
 
 template <typename T, int kLanesPerRow, int kVecsPerThread, Variant kVariant>
@@ -753,24 +686,18 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   if (row_vecs <= 128)
     return launch_warp_rows<T, 32, 4, kVariant>(args, stream);
   // Block per row: the fewest vectors per thread that fit in 128 threads,
-  // then up to 512 threads of 8 vectors, except where H200 measurements
-  // (benchmarks/NOTES.md, v2 and v4) found a layout that keeps more rows
-  // resident per SM; an SM holds 64K registers, so registers x threads per
-  // row sets how many rows load at once.
+  // then up to 512 threads of 8 vectors, except where the H200 A/B runs
+  // (benchmarks/NOTES.md, v2, v4, v4b, v4c) found a layout that keeps more
+  // rows resident per SM: an SM holds 64K registers, so registers x threads
+  // per row sets how many rows load at once.
   // * Fused add (three row-sized register arrays), 513-1024 vectors: 4
-  //   vectors over up to 256 threads, 1-15% faster than 8 vectors. Its
-  //   640-thread launch bound is deliberate: it caps the kernel at 96
-  //   registers (92 used; 104 under a 256-thread bound, up to 7% slower in
-  //   v4b). Wider rows keep 8 vectors: 4 x 352-640 threads would
-  //   leave 1 row per SM, and measured 8% slower at 8192x5125 fp32 (1281
-  //   vectors) and 2-3% at 16384-wide bf16 (v4c).
+  //   vectors over up to 256 threads. Its 640-thread launch bound is
+  //   deliberate: it caps the kernel's registers lower than a 256-thread
+  //   bound would. Wider rows keep 8 vectors: 4 vectors would leave 1 row
+  //   per SM.
   // * rms_norm in 16-bit types, 513-1024 vectors (e.g. widths 5120, 8192):
-  //   up to 640 vectors as 5 per thread over 128 threads (72 registers,
-  //   7 rows per SM instead of 5 with 8 x 96 threads at 122), wider rows as
-  //   4 over up to 256 threads (59 registers, 4 rows per SM, twice the
-  //   threads of 8 x 128): 8192x5120 bf16 49.6 -> 43.4 us, 8192x8192
-  //   69.6 -> 68.3 us. 2 vectors over up to 512 threads was faster still at
-  //   16 rows but slower at >= 1024.
+  //   up to 640 vectors as 5 per thread over 128 threads, wider rows as 4
+  //   over up to 256 threads; both hold more rows per SM than 8 vectors.
   // The layout depends on the width alone, never on the number of rows, so a
   // row's result does not depend on the batch it is in.
   if (row_vecs <= 256)
@@ -816,7 +743,7 @@ void launch_rms_norm_cuda(const vllm_myops::RmsNormParams& p,
         }
       });
   TORCH_CHECK(known_dtype, "rms_norm: unsupported dtype id ",
-              std::to_string(static_cast<int>(p.dtype)));
+              static_cast<int>(p.dtype));
 }
 
 // Arguments are checked first (a failing check leaves the current device

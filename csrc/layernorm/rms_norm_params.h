@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 #if defined(__CUDACC__)
   #define MYOPS_HOST_DEVICE __host__ __device__ __forceinline__
 #else
@@ -15,8 +17,6 @@
 #endif
 
 namespace vllm_myops {
-
-enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // Maps a logical row index to the element offset of its first element.
 // Any stack of leading dims collapses to at most two strided levels

@@ -64,8 +64,8 @@ def run_one(args, provider: str) -> dict:
 
     from vllm import LLM, SamplingParams
 
-    from vllm_myops.models.tiny import CORPUS, sample_prompts
-    from vllm_myops.observability import read_stats
+    from vllm_myops.observability.stats_files import read_stats
+    from vllm_myops.testing.tiny_model import CORPUS, sample_prompts
 
     interval = float(os.environ["MYOPS_STATS_INTERVAL"])
     t0 = time.time()

@@ -18,7 +18,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny Llama and Qwen3 models, generated once per session."""
-    from vllm_myops.models.tiny import ARCHS, make_tiny_model
+    from vllm_myops.testing.tiny_model import ARCHS, make_tiny_model
 
     base = tmp_path_factory.mktemp("tiny-models")
     return {arch: make_tiny_model(base / arch, arch, seed=0) for arch in ARCHS}

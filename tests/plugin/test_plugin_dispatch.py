@@ -20,13 +20,13 @@ import json
 import pytest
 import torch
 
+from tests.kernels import tolerances
 from tests.plugin._helpers import (
     requires_extension,
     requires_vllm,
     run_python,
     subprocess_env,
 )
-from tests.kernels import tolerances
 from vllm_myops.layernorm import reference
 
 pytestmark = [requires_vllm, requires_extension]
@@ -188,21 +188,6 @@ def test_supported_layouts_stay_on_myops(ir):
     assert not pred(torch.tensor(1.0, dtype=torch.float16), None, EPS)  # 0-dim
 
 
-def test_schema_matches_native(ir):
-    """vLLM checked it at registration; spelled out for the reader."""
-    from torch.library import infer_schema
-
-    from vllm_myops import ir_providers
-
-    for name, fn in (
-        ("rms_norm", ir_providers.rms_norm),
-        ("fused_add_rms_norm", ir_providers.fused_add_rms_norm),
-    ):
-        op = getattr(ir.ops, name)
-        assert infer_schema(fn, mutates_args=[]) == op._schema_str
-        assert op.impls["myops"].inplace == (name == "fused_add_rms_norm")
-
-
 def test_counting_under_torch_compile_counts_executions():
     """With counting on, a torch.compile'd function (Inductor, IR torch
     wrapping off as vLLM does on CPU) runs the tick op on every call: the
@@ -213,8 +198,8 @@ import vllm_myops
 from vllm import ir
 vllm_myops.register()
 ir.set_default_torch_wrap(False)
-from vllm_myops import observability as ob
-assert ob.ENABLED
+from vllm_myops.observability import counters, stats_files
+assert counters.ENABLED
 def f(x, r, w):
     y = ir.ops.rms_norm(x, w, 1e-6)
     out, res = ir.ops.fused_add_rms_norm.maybe_inplace(y, r, w, 1e-6)
@@ -223,12 +208,12 @@ x = torch.randn(5, 256, dtype=torch.bfloat16)
 w = torch.randn(256, dtype=torch.bfloat16)
 res = {}
 for prov in ("myops", "native"):
-    ob.reset()
+    counters.reset()
     with ir.ops.rms_norm.set_priority([prov]), ir.ops.fused_add_rms_norm.set_priority([prov]):
         torch._dynamo.reset()
         g = torch.compile(f, backend="inductor", fullgraph=True)
         outs = [g(x, torch.randn(5, 256, dtype=torch.bfloat16), w) for _ in range(7)]
-    res[prov] = ob.snapshot()["calls"]
+    res[prov] = stats_files.snapshot()["calls"]
 print("RESULT " + json.dumps(res))
 """
     out = run_python(code, timeout=600, env=subprocess_env(MYOPS_STATS="1")).stdout

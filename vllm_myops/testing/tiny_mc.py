@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Data for the ``myops_tiny_mc`` lm-eval task: deterministic, local, no
-downloads.
+"""Data for the ``myops_tiny_mc`` lm-eval task (.buildkite/lm-eval-harness/
+tasks): deterministic, local, no downloads.
 
 Each document is a context of ``CTX_WORDS`` words and ``N_CHOICES``
 continuations of ``CHOICE_WORDS`` words, all drawn (seeded) from the tiny

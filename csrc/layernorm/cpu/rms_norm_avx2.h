@@ -1,31 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// AVX2 (+FMA, F16C) RMSNorm rows. Included only by layernorm_kernels_isa.cpp
-// in its AVX2 and AVX512 builds; everything here has internal linkage, so the
-// copies compiled with different ISA flags never meet at link time.
+// AVX2 (+FMA, F16C) RMSNorm rows on the element traits of cpu/vec_avx2.h.
+// Included only by rms_norm_kernels_isa.cpp in its AVX2 and AVX512 builds;
+// everything here has internal linkage, so the copies compiled with different
+// ISA flags never meet at link time.
 //
 // Per row: pass 1 reads the row (adding the residual and storing the rounded
 // sum for the fused op) and accumulates the fp32 sum of squares; pass 2
 // re-reads the row, now in L1/L2, scales, rounds to the dtype, multiplies by
 // the weight, rounds again and stores. Rounding points and NaN/Inf behaviour
-// are the contract of rms_norm_params.h / vllm_myops/reference.py.
-//
-// Vectors hold 16 elements: bf16 as two fp32 vectors of the even and odd
-// elements (one shift or mask each, and the same two ops pack them back), fp16
-// and fp32 as the low and high 8. The weight is loaded in the same lane order,
-// so every lane meets its own weight element whatever the permutation.
-//
-// Cost (Zen 3, hot L1/L2, bf16 with weight): ~11 core cycles per 16 elements
-// for rms_norm (pass 1: 4 vector ops, pass 2: 25, mostly the two exact bf16
-// roundings done with integer ops), ~16 for the fused add. That is compute,
-// not memory, bound even with 2 threads on this machine; the memory side is
-// handled by prefetching the next row during pass 2 and by streaming stores
-// for large rms_norm outputs.
+// are the contract of rms_norm_params.h / vllm_myops/layernorm/reference.py.
+// The weight is loaded in the lane order of x, so every lane meets its own
+// weight element whatever the permutation. Pass 2 is compute bound (two
+// exact bf16 roundings per element, done with integer ops); the memory side
+// is handled by prefetching the next row during pass 2 and by streaming
+// stores for large rms_norm outputs.
 #pragma once
 
 #include <immintrin.h>
-
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,167 +24,20 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/vec_avx2.h"
 #include "layernorm/rms_norm_params.h"
 
 namespace vllm_myops::cpu {
 namespace {
 namespace avx2 {
 
-constexpr int64_t kChunk = 16;  // elements per step (two fp32 vectors)
-
-// ---------------------------------------------------------------------------
-// Element types. Each provides:
-//   load(p, a, b)        16 elements -> two fp32 vectors (in the type's order)
-//   round(a, b)          rounds both to the type and back to fp32
-//   store(p, a, b)       rounds to the type and stores 16 elements
-//   stream(p, a, b)      same with non-temporal stores (p 32-byte aligned)
-//   to_float / from_float  the scalar equivalents for heads and tails
-// ---------------------------------------------------------------------------
-
-// bf16 <-> fp32 by integer ops. Round to nearest even: bits + 0x7FFF + lsb,
-// where lsb is bit 16 (the last kept bit).
-//
-// NaN lanes need no blend: the carry out of the low 16 bits (which would turn
-// an all-ones-mantissa NaN into -0 / +0) needs low 16 bits >= 0x8000, and no
-// NaN reaching a rounding here has any low bit set. Every NaN in this kernel
-// is either a bf16 input (weight, x, residual: low 16 bits zero after
-// widening) propagated by x86 arithmetic, which only quiets NaNs (bit 22) and
-// never sets payload bits, or the default NaN 0xFFC00000 created by inf-inf,
-// 0*inf or sqrt of a negative. So a NaN keeps its upper 16 bits exactly
-// (0x7FFF stays 0x7FFF), and Inf stays Inf. The scalar heads and tails use
-// c10::BFloat16, which gives the same bits for every non-NaN value.
-struct BF16 {
-  using T = c10::BFloat16;
-  static constexpr bool kPrepareWeight = true;  // weight kept as fp32
-
-  static __m256 even(__m256i v) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  }
-  static __m256 odd(__m256i v) {
-    return _mm256_castsi256_ps(
-        _mm256_and_si256(v, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
-  }
-  // bits + 0x7FFF + lsb: the rounded bf16 value sits in the upper 16 bits.
-  static __m256i rne_bias(__m256 f) {
-    const __m256i b = _mm256_castps_si256(f);
-    const __m256i lsb =
-        _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-    return _mm256_add_epi32(b,
-                            _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-  }
-  static __m256 upper(__m256i t) {
-    return _mm256_castsi256_ps(
-        _mm256_and_si256(t, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
-  }
-  // Rounds even/odd fp32 lanes to the 16 bf16 of memory order, working on
-  // 16-bit words: H = the kept upper halves (truncated bf16), L = the dropped
-  // lower halves; round up iff L + lsb(H) > 0x8000, i.e. iff
-  // avg_epu16(L, 0x7FFE | lsb) = (L + lsb + 0x7FFF) >> 1 has its top bit set.
-  // A carry out of H only turns the largest finite value into Inf (correct);
-  // NaN lanes have L == 0 (see above), so they never carry.
-  static __m256i pack(__m256 e, __m256 o) {
-    const __m256i be = _mm256_castps_si256(e), bo = _mm256_castps_si256(o);
-    const __m256i hi = _mm256_blend_epi16(_mm256_srli_epi32(be, 16), bo, 0xAA);
-    const __m256i lo = _mm256_blend_epi16(be, _mm256_slli_epi32(bo, 16), 0xAA);
-    const __m256i half = _mm256_or_si256(
-        _mm256_and_si256(hi, _mm256_set1_epi16(1)), _mm256_set1_epi16(0x7FFE));
-    const __m256i carry = _mm256_srli_epi16(_mm256_avg_epu16(lo, half), 15);
-    return _mm256_add_epi16(hi, carry);
-  }
-
-  static void load(const T* p, __m256& a, __m256& b) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    a = even(v);
-    b = odd(v);
-  }
-  static void round(__m256& a, __m256& b) {
-    a = upper(rne_bias(a));
-    b = upper(rne_bias(b));
-  }
-  static void store(T* p, __m256 a, __m256 b) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack(a, b));
-  }
-  static void stream(T* p, __m256 a, __m256 b) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack(a, b));
-  }
-  // Rounds and stores, and returns the rounded values as fp32 (fused add).
-  static void store_rounded(T* p, __m256& a, __m256& b) {
-    const __m256i v = pack(a, b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
-    a = even(v);
-    b = odd(v);
-  }
-
-  static float to_float(T v) { return static_cast<float>(v); }
-  static T from_float(float f) { return T(f); }
-};
-
-// fp16 through F16C: vcvtps2ph rounds to nearest even and keeps NaN/Inf.
-struct F16 {
-  using T = c10::Half;
-  static constexpr bool kPrepareWeight = false;  // measured: no gain
-  static constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
-  static void load(const T* p, __m256& a, __m256& b) {
-    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    b = _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
-  }
-  static void round(__m256& a, __m256& b) {
-    a = _mm256_cvtph_ps(_mm256_cvtps_ph(a, kRne));
-    b = _mm256_cvtph_ps(_mm256_cvtps_ph(b, kRne));
-  }
-  static void store(T* p, __m256 a, __m256 b) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, kRne));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8),
-                     _mm256_cvtps_ph(b, kRne));
-  }
-  static void stream(T* p, __m256 a, __m256 b) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, kRne));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(p + 8),
-                     _mm256_cvtps_ph(b, kRne));
-  }
-  static void store_rounded(T* p, __m256& a, __m256& b) {
-    const __m128i ha = _mm256_cvtps_ph(a, kRne), hb = _mm256_cvtps_ph(b, kRne);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), ha);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), hb);
-    a = _mm256_cvtph_ps(ha);
-    b = _mm256_cvtph_ps(hb);
-  }
-
-  static float to_float(T v) { return static_cast<float>(v); }
-  static T from_float(float f) { return T(f); }
-};
-
-struct F32 {
-  using T = float;
-  static constexpr bool kPrepareWeight = false;
-
-  static void load(const T* p, __m256& a, __m256& b) {
-    a = _mm256_loadu_ps(p);
-    b = _mm256_loadu_ps(p + 8);
-  }
-  static void round(__m256&, __m256&) {}
-  static void store(T* p, __m256 a, __m256 b) {
-    _mm256_storeu_ps(p, a);
-    _mm256_storeu_ps(p + 8, b);
-  }
-  static void stream(T* p, __m256 a, __m256 b) {
-    _mm256_stream_ps(p, a);
-    _mm256_stream_ps(p + 8, b);
-  }
-  static void store_rounded(T* p, __m256& a, __m256& b) { store(p, a, b); }
-
-  static float to_float(T v) { return v; }
-  static T from_float(float f) { return f; }
-};
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+// Whether the weight is widened to fp32 once per task (bf16 only: no gain
+// measured for fp16, whose vcvtph2ps with a memory operand is as cheap as a
+// load; nothing to widen for fp32).
+template <typename E>
+constexpr bool kPrepareWeight = false;
+template <>
+constexpr bool kPrepareWeight<BF16> = true;
 
 // ---------------------------------------------------------------------------
 // One row. Pass 2's vector loop starts at `head`: the scalar head that aligns
@@ -295,7 +139,7 @@ inline void normalize(const RowArgs<E>& r, float inv_rms) {
   for (; j < r.head; ++j) scalar(j);
   const __m256 scale = _mm256_set1_ps(inv_rms);
   // K chunks at a time, op by op: independent chains side by side let the
-  // core overlap their latencies (2 measured ~5% faster than 1 or 4).
+  // core overlap their latencies (2 measured faster than 1 or 4).
   auto step = [&]<int K>(int64_t off) {
     __m256 a[K], b[K];
     for (int c = 0; c < K; ++c) E::load(src + off + c * kChunk, a[c], b[c]);
@@ -391,16 +235,15 @@ inline float* scratch(std::vector<Vec8>& buf, int64_t floats) {
 // Rows per task from which the weight is prepared in fp32 once per task
 // (below that, preparing costs about what it saves), and the widest row it
 // is prepared for (256 KiB of fp32 per thread: wider, it would not stay in
-// L2 next to the rows, and the bf16/fp16 weight is half the bytes).
-// Measured gain: ~7% for bf16 (2 of ~29 vector ops per 16 elements), none
-// for fp16 (vcvtph2ps with a memory operand is as cheap as the load).
+// L2 next to the rows, and the bf16/fp16 weight is half the bytes). It
+// saves 2 of ~29 vector ops per 16 bf16 elements (benchmarks/NOTES.md, "CPU
+// kernel design measurements").
 constexpr int64_t kPrepWeightMinRows = 4;
 constexpr int64_t kPrepWeightMaxWidth = int64_t{1} << 16;
 
-// Rows [begin, end). kPf as in RowConfig: without the next-row prefetch a
-// cold 4096x4096 bf16 call ran ~1.5x slower (pass 1 waited on memory while
-// pass 2 left it idle); into L1 (3) or L2 (2) measured alike within noise
-// (rms_norm 2.15 vs 2.19 ms, fused 3.17 vs 3.45 ms, 2 threads). The weight is
+// Rows [begin, end). kPf as in RowConfig: the next-row prefetch keeps memory
+// busy while the compute-bound pass 2 runs (without it pass 1 waits on
+// memory); prefetching into L1 (3) or L2 (2) measured alike. The weight is
 // prepared when the task has enough rows, for the head of its first row
 // (rows with another head, possible only for odd widths with streaming,
 // widen it as they go).
@@ -410,7 +253,7 @@ void rows_impl(const RmsNormParams& p, int64_t begin, int64_t end) {
   using T = typename E::T;
   using CPrep = RowConfig<kFused, kWeight, kStream, true, kPf>;
   using CNoPrep = RowConfig<kFused, kWeight, kStream, false, kPf>;
-  constexpr bool kCanPrep = kWeight && E::kPrepareWeight;
+  constexpr bool kCanPrep = kWeight && kPrepareWeight<E>;
   const int64_t n = p.width;
   const auto* in = static_cast<const T*>(p.in);
   auto* out = static_cast<T*>(p.out);
@@ -453,8 +296,8 @@ void rows_impl(const RmsNormParams& p, int64_t begin, int64_t end) {
 
 // Output bytes from which rms_norm bypasses the caches for its output, i.e.
 // when input and output together (32 MiB) no longer fit in a typical
-// last-level cache (32 MiB per Zen 3 CCX; sysconf's figure cannot be trusted:
-// under KVM here it reports the whole socket's 256 MiB). Below that the
+// last-level cache (a fixed figure: the cache size the OS reports cannot be
+// trusted under virtualisation). Below that the
 // output is left in cache for its consumer (the next GEMM); above, it would
 // be evicted before being read anyway, and streaming it saves the
 // read-for-ownership of every output line (3 -> 2 memory transfers).

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Vectorised CPU RMSNorm rows, compiled once per ISA (see CMakeLists.txt).
+// Vectorised CPU RMSNorm rows, compiled once per ISA (cpu/isa.h).
 // The AVX2 and AVX512 builds run the intrinsics kernel of rms_norm_avx2.h;
 // the DEFAULT build (any other CPU, and ATEN_CPU_CAPABILITY=default) runs the
 // portable at::vec kernel below.
@@ -18,18 +18,16 @@
 #include <cmath>
 #include <tuple>
 
-#include "cpu/layernorm_kernels_isa.h"
+#include "cpu/isa.h"
+#include "layernorm/cpu/rms_norm_kernels_isa.h"
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
   // The AVX512 build runs the 256-bit kernel too: no AVX-512 machine was
   // available to test a 512-bit variant on (where AVX512-BF16's
   // vcvtne2ps2bf16 would replace most of the bf16 rounding work).
-  #include "cpu/rms_norm_avx2.h"
+  #include "layernorm/cpu/rms_norm_avx2.h"
   #define MYOPS_USE_AVX2_KERNEL 1
 #endif
-
-#define MYOPS_ISA_CONCAT_(a, b) a##b
-#define MYOPS_ISA_CONCAT(a, b) MYOPS_ISA_CONCAT_(a, b)
 
 namespace vllm_myops::cpu {
 namespace {
@@ -154,9 +152,8 @@ void rms_norm_rows(const RmsNormParams& p, int64_t begin, int64_t end) {
 
 }  // namespace
 
-void MYOPS_ISA_CONCAT(rms_norm_rows_, CPU_CAPABILITY)(const RmsNormParams& p,
-                                                      int64_t begin,
-                                                      int64_t end) {
+void MYOPS_CPU_ISA_FN(rms_norm_rows)(const RmsNormParams& p, int64_t begin,
+                                     int64_t end) {
 #if defined(MYOPS_USE_AVX2_KERNEL)
   avx2::rms_norm_rows(p, begin, end);
 #else

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Per-ISA entry points of the CPU RMSNorm kernel. layernorm_kernels_isa.cpp
-// is compiled once per ISA (CMake sets CPU_CAPABILITY=DEFAULT|AVX2|AVX512),
-// each copy defining the function named for its ISA.
+// Per-ISA entry points of the CPU RMSNorm kernel. rms_norm_kernels_isa.cpp
+// is compiled once per ISA (cpu/isa.h), each copy defining the function
+// named for its ISA.
 #pragma once
 
 #include <cstdint>

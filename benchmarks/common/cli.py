@@ -38,7 +38,9 @@ def build_parser(bench: Benchmark, doc: str) -> argparse.ArgumentParser:
         help=f"{'|'.join(bench.dtypes)}, or a comma list (default bf16)",
     )
     ap.add_argument(
-        "--ops", default=",".join(bench.ops), help=f"comma list of {','.join(bench.ops)}"
+        "--ops",
+        default=",".join(bench.ops),
+        help=f"comma list of {','.join(bench.ops)}",
     )
     bench.add_arguments(ap)
     ap.add_argument(
@@ -287,9 +289,9 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None, doc: str = "") -> 
         if device.type == "cuda":
             # Rough model: graph capture + replays per measurement, plus the
             # family's extras (compiles).
-            est = n_cases * len(impls) * (0.25 + args.target_s) + bench.extra_estimate_s(
-                args, names
-            )
+            est = n_cases * len(impls) * (
+                0.25 + args.target_s
+            ) + bench.extra_estimate_s(args, names)
             log(
                 f"Estimated sweep time ~{est:.0f} s for {n_cases} cases "
                 f"(budget {args.max_seconds or 'none'} s); per-case progress below"

@@ -254,9 +254,7 @@ def compare(
     key_fields default to new["config"]["key_fields"]; records of other
     implementations are ignored (baselines may move with their own versions).
     """
-    fields = (
-        [f for f in key_fields if f != "impl"] if key_fields else case_fields(new)
-    )
+    fields = [f for f in key_fields if f != "impl"] if key_fields else case_fields(new)
     old_i = records_by_impl(old, fields).get(gate_impl, {})
     new_i = records_by_impl(new, fields).get(gate_impl, {})
     regressed: list[tuple[Any, ...]] = []

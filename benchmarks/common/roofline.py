@@ -2,8 +2,8 @@
 """Roofline helpers: bytes and FLOPs each op must do, the ceilings, percentages.
 
 - Bytes models: the fewest bytes an op must move through device memory (each
-  input read once, each output written once), registered by op name so later
-  benchmarks (quantized GEMM, attention) add their own next to these.
+  input read once, each output written once), registered by op name: each
+  benchmark registers its family's (benchmarks/kernels/), generic ones here.
 - FLOP models: the arithmetic an op must do, registered the same way; an op
   without one is memory-bound by definition (RMSNorm).
 - Roofline: the ideal time of a case is max(bytes / bandwidth, flops / peak);
@@ -151,7 +151,7 @@ def bound(
     bandwidth_bps: float | None,
     flops_per_s: float | None,
 ) -> str | None:
-    """"memory" or "compute": the roof that sets the ideal time."""
+    """ "memory" or "compute": the roof that sets the ideal time."""
     if not bandwidth_bps:
         return "compute" if flops and flops_per_s else None
     if not (flops and flops_per_s):

@@ -132,7 +132,9 @@ class Benchmark:
     def case_label(self, case: Case) -> str:
         return " ".join(str(case[f]) for f in self.case_fields)
 
-    def buffer_specs(self, case: Case, *, check: bool = False) -> dict[str, timing.TensorSpec]:
+    def buffer_specs(
+        self, case: Case, *, check: bool = False
+    ) -> dict[str, timing.TensorSpec]:
         raise NotImplementedError
 
     def check(

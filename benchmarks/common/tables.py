@@ -123,7 +123,11 @@ def print_compact_table(
                     f"{fmt(r.get('pct_ceiling'), '.0f')}%c"
                 )
                 cells.append(f"{txt:>26}")
-            elif c in bench.anchors and r is not None and r.get("ours_speedup") is not None:
+            elif (
+                c in bench.anchors
+                and r is not None
+                and r.get("ours_speedup") is not None
+            ):
                 cells.append(
                     f"{cell(r) + ' ' + format(r['ours_speedup'], '.2f') + 'x':>15}"
                 )

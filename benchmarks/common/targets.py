@@ -70,7 +70,9 @@ def correct_everywhere(ctx: Context) -> Verdict:
     ]
     n_ours = sum(1 for by in ctx.cases.values() if "ours" in by)
     n_skip = sum(
-        1 for by in ctx.cases.values() if "ours" in by and by["ours"]["status"] == "skipped"
+        1
+        for by in ctx.cases.values()
+        if "ours" in by and by["ours"]["status"] == "skipped"
     )
     if n_skip and not ours_bad:
         ours_bad_status = "INCOMPLETE"
@@ -206,7 +208,12 @@ class PctFloorVsReference:
             o = by.get("ours")
             ref = ctx.find({**case, self.field: self.reference}) or {}
             b = ref.get("ours")
-            if not o or not b or o.get("pct_floor") is None or b.get("pct_floor") is None:
+            if (
+                not o
+                or not b
+                or o.get("pct_floor") is None
+                or b.get("pct_floor") is None
+            ):
                 continue
             n += 1
             if o["pct_floor"] < b["pct_floor"] - self.band:
@@ -242,7 +249,9 @@ class SpeedupAtLeast:
             sp = v["median_us"] / o["median_us"]
             return {
                 "target": self.target,
-                "status": "PASS" if sp >= self.factor and o["status"] == "ok" else "FAIL",
+                "status": "PASS"
+                if sp >= self.factor and o["status"] == "ok"
+                else "FAIL",
                 "detail": f"ours {o['median_us']:.1f} us ({fmt(o.get('gbps'), '.1f')} GB/s) vs "
                 f"{self.other_label} {v['median_us']:.1f} us ({fmt(v.get('gbps'), '.1f')} GB/s): "
                 f"{sp:.2f}x",

@@ -437,7 +437,9 @@ IMPL_CLASSES: dict[str, type[Impl]] = {
 # ---------------------------------------------------------------------------
 
 
-def check(fn: CallFn, case: Case, device: torch.device) -> tuple[bool, str, float | None]:
+def check(
+    fn: CallFn, case: Case, device: torch.device
+) -> tuple[bool, str, float | None]:
     """Runs fn once on fresh random inputs (poisoned output) and compares with
     the FP32 reference. Returns (ok, reason, max_abs_err)."""
     from tests.kernels import tolerances  # noqa: PLC0415

@@ -2,12 +2,13 @@
 """Ours and the anchors on the same shapes, one call each inside the CUDA
 profiler window, for ncu to profile side by side:
 
-  ncu --profile-from-start off ... python benchmarks/kernels/profile_anchors.py \\
+  ncu --profile-from-start off ... python -m benchmarks.kernels.profile_anchors \\
       --case rms_norm:bf16:8192x8192 --case fused_add_rms_norm:bf16:8192x4096 \\
       --impls ours,compile,liger,vllm
 
-(`tools/device_session.sh profile_anchors` runs exactly that and tabulates it
-with tools/ncu_table.py.) The implementations, their inputs and their loading
+(`tools/gpu/device_session.sh profile_anchors` runs exactly that and tabulates
+it with tools/gpu/ncu_table.py; its `profile` stage runs `--impls ours` over
+more shapes.) The implementations, their inputs and their loading
 are benchmark_layernorm.py's; each is called twice before the window (warm-up,
 torch.compile's compilation), then once inside it. One line per profiled call,
 in launch order: `profile case K: IMPL OP DTYPE ROWSxHIDDEN`. An implementation
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark_layernorm as bench  # noqa: E402
+from benchmarks.common import cli, timing
+from benchmarks.common.sweep import short_error
+from benchmarks.kernels import benchmark_layernorm as bench
 
 
 def parse_case(text: str) -> tuple[str, str, int, int]:
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-lib", default=None)
     args = ap.parse_args(argv)
     device = torch.device("cuda")
-    bench_args = bench.parse_args(["--device", "cuda"])
+    bench_args = cli.parse_args(bench.BENCHMARK, ["--device", "cuda"])
     bench_args.vllm_lib = args.vllm_lib
 
     impls = []
@@ -62,20 +63,20 @@ def main(argv: list[str] | None = None) -> int:
 
     calls = []
     for op, dname, rows, hidden in args.case:
-        dtype = bench.DTYPES[dname]
-        specs = bench.set_specs(op, rows, hidden, dtype)
+        case = {"op": op, "dtype": dname, "rows": rows, "hidden": hidden}
+        specs = bench.BENCHMARK.buffer_specs(case)
         for impl in impls:
             try:
-                fn = impl.make(op, rows, hidden, dtype)
+                fn = impl.make(case)
                 # A buffer set of its own (the fused ops write their inputs),
                 # with the same values for every implementation.
                 seeded = torch.Generator(device).manual_seed(0)
-                s = bench.timing.alloc_sets(specs, 1, device, generator=seeded)[0]
+                s = timing.alloc_sets(specs, 1, device, generator=seeded)[0]
                 fn(s)
                 fn(s)
             except Exception as e:  # noqa: BLE001
                 print(
-                    f"skipped {impl.name} {op} {dname} {rows}x{hidden}: {bench.short_error(e)}"
+                    f"skipped {impl.name} {op} {dname} {rows}x{hidden}: {short_error(e)}"
                 )
                 continue
             calls.append((f"{impl.name} {op} {dname} {rows}x{hidden}", fn, s))

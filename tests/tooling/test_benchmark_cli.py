@@ -8,17 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = (
-    Path(__file__).resolve().parents[2]
-    / "benchmarks"
-    / "kernels"
-    / "benchmark_layernorm.py"
-)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_help_renders_every_option() -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--help"],
+        [sys.executable, "-m", "benchmarks.kernels.benchmark_layernorm", "--help"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,

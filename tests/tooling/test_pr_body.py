@@ -3,7 +3,7 @@
 
 - pytest JUnit XML: made here, by running pytest on a small test module.
 - benchmark JSON (before/after): made here, by running
-  benchmarks/kernels/benchmark_layernorm.py on the CPU twice with a narrow
+  ``python -m benchmarks.kernels.benchmark_layernorm`` on the CPU twice with a narrow
   sweep (1x64, ours only: ~15 s a run).
 - lm-eval gate report and raw lm-eval results: fixtures under
   tests/tooling/data/, written by a real run of
@@ -31,7 +31,7 @@ from tools import pr_body
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
 GATE = DATA / "lm_eval_gate.json"
-BENCH = REPO / "benchmarks" / "kernels" / "benchmark_layernorm.py"
+BENCH = "benchmarks.kernels.benchmark_layernorm"
 
 SAMPLE_TESTS = """\
     import pytest
@@ -90,7 +90,7 @@ def _table_row_cells(body: str, op: str) -> list[str]:
 
 def _run_bench(out: Path) -> Path:
     cmd = [
-        sys.executable, str(BENCH), "--device", "cpu", "--rows", "1", "--hidden", "64",
+        sys.executable, "-m", BENCH, "--device", "cpu", "--rows", "1", "--hidden", "64",
         "--impls", "ours", "--target-s", "0.05", "--max-sets", "256", "--save", str(out),
     ]  # fmt: skip
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -160,7 +160,7 @@ def test_body_from_real_result_files(
     # Test Plan: the commands given and those the files recorded.
     plan = body.split("## Test Plan")[1].split("## Test Result")[0]
     assert "pytest -v -s tests/kernels" in plan
-    assert "benchmark_layernorm.py --device cpu" in plan and str(after) in plan
+    assert f"python -m {BENCH} --device cpu" in plan and str(after) in plan
     assert "test_lm_eval_correctness.py" in plan
 
     # Tests: counts equal the XML's.

@@ -112,11 +112,7 @@ def test_rms_norm_weight_none(
     shape = (7, hidden_size)
     x, x_base = make_input(shape, layout, dtype, device)
     check_either_op(
-        add_residual,
-        x,
-        x_base,
-        None,
-        lambda: make_input(shape, layout, dtype, device),
+        add_residual, x, x_base, None, lambda: make_input(shape, layout, dtype, device)
     )
 
 
@@ -259,11 +255,7 @@ def test_rms_norm_head_views(
     x, x_base = make(num_tokens, dtype, device)
     weight = make_weight(x.shape[-1], dtype, device, has_weight)
     check_either_op(
-        add_residual,
-        x,
-        x_base,
-        weight,
-        lambda: make(num_tokens, dtype, device),
+        add_residual, x, x_base, weight, lambda: make(num_tokens, dtype, device)
     )
 
 

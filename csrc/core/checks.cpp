@@ -33,8 +33,8 @@ void check_devices(const char* op, NamedTensor primary,
   TORCH_CHECK(p->defined(), op, ": ", primary_name,
               " must be a defined tensor");
   for (const auto& [name, t] : others) {
-    TORCH_CHECK(t == nullptr || !t->defined() || t->device() == p->device(),
-                op, ": all tensors must be on one device: ", primary_name,
+    TORCH_CHECK(t == nullptr || !t->defined() || t->device() == p->device(), op,
+                ": all tensors must be on one device: ", primary_name,
                 " is on ", p->device(), " but ", name, " is on ", t->device());
   }
   TORCH_CHECK(p->device().type() == device, op, ": ", primary_name,
@@ -45,8 +45,8 @@ void check_devices(const char* op, NamedTensor primary,
 void check_floating_dtype(const char* op, const char* name,
                           const at::Tensor& t) {
   const auto s = t.scalar_type();
-  TORCH_CHECK(s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op,
-              ": ", name, " must be float32, float16 or bfloat16, got ", s);
+  TORCH_CHECK(s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ",
+              name, " must be float32, float16 or bfloat16, got ", s);
 }
 
 DType to_dtype(c10::ScalarType t) {
@@ -95,8 +95,7 @@ void check_contiguous(const char* op, const char* name, const at::Tensor& t) {
               t.sizes());
 }
 
-void check_finite_non_negative(const char* op, const char* name,
-                               double value) {
+void check_finite_non_negative(const char* op, const char* name, double value) {
   TORCH_CHECK(std::isfinite(value) && value >= 0.0, op, ": ", name,
               " must be finite and >= 0, got ", value);
 }

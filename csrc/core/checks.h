@@ -53,8 +53,7 @@ void check_like(const char* op, const char* name, const at::Tensor& t,
 void check_contiguous(const char* op, const char* name, const at::Tensor& t);
 
 // A finite number >= 0 (e.g. an epsilon).
-void check_finite_non_negative(const char* op, const char* name,
-                               double value);
+void check_finite_non_negative(const char* op, const char* name, double value);
 
 // For a tensor written in place: no two indices may share an element.
 void check_no_internal_overlap(const char* op, const char* name,

@@ -62,8 +62,6 @@ struct PerIsa {
 #endif
 
 // The PerIsa table of the per-ISA functions name_DEFAULT, name_AVX2, ...
-#define MYOPS_PER_ISA_TABLE(name)                                     \
-  {                                                                   \
-    &name##_DEFAULT, MYOPS_CPU_ISA_FN_AVX2_OR_NULL(name),             \
-        MYOPS_CPU_ISA_FN_AVX512_OR_NULL(name)                         \
-  }
+#define MYOPS_PER_ISA_TABLE(name)                        \
+  {&name##_DEFAULT, MYOPS_CPU_ISA_FN_AVX2_OR_NULL(name), \
+   MYOPS_CPU_ISA_FN_AVX512_OR_NULL(name)}

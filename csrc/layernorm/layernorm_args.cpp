@@ -23,8 +23,9 @@ const void* check_weight(const char* op,
   if (!weight.has_value() || !weight->defined()) return nullptr;
   const at::Tensor& w = *weight;
   checks::check_same_device_and_dtype(op, "weight", w, "input", input);
-  TORCH_CHECK(w.dim() == 1, op, ": weight must be 1-D [hidden_size=",
-              input.size(-1), "], got ", w.dim(), "-D shape ", w.sizes());
+  TORCH_CHECK(w.dim() == 1, op,
+              ": weight must be 1-D [hidden_size=", input.size(-1), "], got ",
+              w.dim(), "-D shape ", w.sizes());
   TORCH_CHECK(w.size(0) == input.size(-1), op,
               ": weight must have hidden_size=", input.size(-1),
               " elements (the last dim of input), got ", w.size(0));

@@ -640,8 +640,8 @@ void launch_kernel(int64_t blocks, int threads, cudaStream_t stream,
   TORCH_CHECK(blocks > 0 && blocks <= INT32_MAX, "rms_norm: ", args.rows,
               " rows of width ", args.width, " need ", blocks,
               " thread blocks, more than a CUDA grid holds");
-  cuda::launch_with_pdl<kKernel>(static_cast<unsigned>(blocks), threads,
-                                 stream, args);
+  cuda::launch_with_pdl<kKernel>(static_cast<unsigned>(blocks), threads, stream,
+                                 args);
 }
 
 template <typename T, int kLanesPerRow, int kVecsPerThread, Variant kVariant>

@@ -126,8 +126,8 @@ def test_configs_follow_vllm_schema(cfg: Path) -> None:
 
 def test_tiny_task_vocabulary_and_documents(tmp_path: Path) -> None:
     gate.require_lm_eval()  # lm-eval brings `datasets`; a skip here, a failure in CI
-    tiny_mc = gate.load_task_module()
-    from vllm_myops.models.tiny import make_tiny_model
+    from vllm_myops.testing import tiny_mc
+    from vllm_myops.testing.tiny_model import make_tiny_model
 
     model = make_tiny_model(tmp_path / "tiny", "llama", 0)
     words = tiny_mc.vocabulary_words(model)

@@ -288,13 +288,14 @@ def test_run_all_env(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_real_pipeline_kernel_change_triggers_all() -> None:
     pipe = vp.load_pipeline(REPO)
-    got = {t.key for t in ts.triggered(pipe, ["csrc/layernorm_kernels.cu"])}
+    got = {t.key for t in ts.triggered(pipe, ["csrc/layernorm/rms_norm_kernels.cu"])}
     assert got == {s.key for s in pipe.steps}
 
 
 def test_real_pipeline_cpu_kernel_change_skips_gpu_steps() -> None:
     pipe = vp.load_pipeline(REPO)
-    got = {t.key for t in ts.triggered(pipe, ["csrc/cpu/layernorm_kernels.cpp"])}
+    got = {t.key for t in ts.triggered(pipe, ["csrc/layernorm/cpu/rms_norm_kernels.cpp"])}
+    assert got == {t.key for t in ts.triggered(pipe, ["csrc/cpu/isa.cpp"])}
     gpu = {
         s.key
         for s in pipe.steps
@@ -317,12 +318,12 @@ def test_triggered_steps_cli_reads_stdin_and_json() -> None:
     assert out.splitlines()[0].split("\t")[:2] == ["RUN", "cpu-lint"]
     assert "1 of" in out.splitlines()[-1]
     js = subprocess.run(
-        [*script, "--json", "csrc/layernorm_kernels.cu"],
+        [*script, "--json", "csrc/layernorm/rms_norm_kernels.cu"],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     data = json.loads(js)
-    assert data["changed"] == ["csrc/layernorm_kernels.cu"]
+    assert data["changed"] == ["csrc/layernorm/rms_norm_kernels.cu"]
     assert all(s["reason"].startswith("run_all:") for s in data["steps"])

@@ -68,12 +68,18 @@ BytesModel = Callable[..., int]
 _BYTES_MODELS: dict[str, BytesModel] = {}
 
 
-def register_bytes_model(name: str) -> Callable[[BytesModel], BytesModel]:
-    def deco(fn: BytesModel) -> BytesModel:
-        _BYTES_MODELS[name] = fn
+def _registrar(
+    models: dict[str, Callable[..., int]], name: str
+) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    def deco(fn: Callable[..., int]) -> Callable[..., int]:
+        models[name] = fn
         return fn
 
     return deco
+
+
+def register_bytes_model(name: str) -> Callable[[BytesModel], BytesModel]:
+    return _registrar(_BYTES_MODELS, name)
 
 
 def bytes_moved(op: str, **shape: Any) -> int:
@@ -111,11 +117,7 @@ _FLOPS_MODELS: dict[str, FlopsModel] = {}
 
 
 def register_flops_model(name: str) -> Callable[[FlopsModel], FlopsModel]:
-    def deco(fn: FlopsModel) -> FlopsModel:
-        _FLOPS_MODELS[name] = fn
-        return fn
-
-    return deco
+    return _registrar(_FLOPS_MODELS, name)
 
 
 def flops_done(op: str, **shape: Any) -> int | None:

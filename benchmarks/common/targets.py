@@ -144,6 +144,26 @@ class AnchorBand:
         }
 
 
+def _each_case(
+    ctx: Context,
+    where: Callable[[Case], bool],
+    needs: str,
+    failure: Callable[[Case, dict[str, Any]], str | None],
+) -> Verdict:
+    """Ours' record of every case where `where` holds and `needs` was measured:
+    the counts and the failures (`failure` returns why, or None)."""
+    fails, n = [], 0
+    for case, by in ctx.items():
+        o = by.get("ours")
+        if not where(case) or not o or o.get(needs) is None:
+            continue
+        n += 1
+        why = failure(case, o)
+        if why is not None:
+            fails.append(f"{ctx.label(case)}: {why}")
+    return {"status": _status(fails, n), "detail": _counted(n, fails, 10)}
+
+
 @dataclass(frozen=True)
 class PctFloorAtLeast:
     target: str
@@ -151,21 +171,17 @@ class PctFloorAtLeast:
     where: Callable[[Case], bool]
 
     def evaluate(self, ctx: Context) -> Verdict:
-        fails, n = [], 0
-        for case, by in ctx.items():
-            o = by.get("ours")
-            if not self.where(case) or not o or o.get("pct_floor") is None:
-                continue
-            n += 1
-            if o["pct_floor"] < self.pct:
-                fails.append(
-                    f"{ctx.label(case)}: {o['pct_floor']:.1f}% "
-                    f"({o['median_us']:.2f} vs floor {o['floor_us']:.2f})"
-                )
+        def failure(case: Case, o: dict[str, Any]) -> str | None:
+            if o["pct_floor"] >= self.pct:
+                return None
+            return (
+                f"{o['pct_floor']:.1f}% "
+                f"({o['median_us']:.2f} vs floor {o['floor_us']:.2f})"
+            )
+
         return {
             "target": self.target,
-            "status": _status(fails, n),
-            "detail": _counted(n, fails, 10),
+            **_each_case(ctx, self.where, "pct_floor", failure),
         }
 
 
@@ -176,19 +192,13 @@ class TimeAtMost:
     where: Callable[[Case], bool]
 
     def evaluate(self, ctx: Context) -> Verdict:
-        fails, n = [], 0
-        for case, by in ctx.items():
-            o = by.get("ours")
-            if not self.where(case) or not o or o.get("median_us") is None:
-                continue
-            n += 1
+        def failure(case: Case, o: dict[str, Any]) -> str | None:
             lim = self.limit_us(case)
-            if o["median_us"] > lim:
-                fails.append(f"{ctx.label(case)}: {o['median_us']:.2f} > {lim}")
+            return f"{o['median_us']:.2f} > {lim}" if o["median_us"] > lim else None
+
         return {
             "target": self.target,
-            "status": _status(fails, n),
-            "detail": _counted(n, fails, 10),
+            **_each_case(ctx, self.where, "median_us", failure),
         }
 
 

@@ -44,6 +44,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
@@ -100,24 +101,19 @@ def set_specs(
     return specs
 
 
-@roofline.register_bytes_model("rms_norm")
-def _rms_norm_bytes(
-    rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
+def _bytes(
+    row_tensors: int, rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
 ) -> int:
-    # read x, write out, read the weight once
+    """row_tensors (rows, hidden) tensors read or written once, the weight read once."""
     return roofline.element_size(dtype) * (
-        2 * rows * hidden + (hidden if weight else 0)
+        row_tensors * rows * hidden + (hidden if weight else 0)
     )
 
 
-@roofline.register_bytes_model("fused_add_rms_norm")
-def _fused_add_rms_norm_bytes(
-    rows: int, hidden: int, dtype: torch.dtype, weight: bool = True
-) -> int:
-    # read x and residual, write both back, read the weight once
-    return roofline.element_size(dtype) * (
-        4 * rows * hidden + (hidden if weight else 0)
-    )
+# rms_norm reads x and writes out; the fused add reads x and residual and
+# writes both back.
+roofline.register_bytes_model("rms_norm")(functools.partial(_bytes, 2))
+roofline.register_bytes_model("fused_add_rms_norm")(functools.partial(_bytes, 4))
 
 
 # ---------------------------------------------------------------------------

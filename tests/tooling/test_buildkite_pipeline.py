@@ -294,7 +294,9 @@ def test_real_pipeline_kernel_change_triggers_all() -> None:
 
 def test_real_pipeline_cpu_kernel_change_skips_gpu_steps() -> None:
     pipe = vp.load_pipeline(REPO)
-    got = {t.key for t in ts.triggered(pipe, ["csrc/layernorm/cpu/rms_norm_kernels.cpp"])}
+    got = {
+        t.key for t in ts.triggered(pipe, ["csrc/layernorm/cpu/rms_norm_kernels.cpp"])
+    }
     assert got == {t.key for t in ts.triggered(pipe, ["csrc/cpu/isa.cpp"])}
     gpu = {
         s.key

@@ -141,6 +141,16 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout
 
 
+def _check_dco_range(repo: Path, rev_range: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.ci.check_dco", "--range", rev_range],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+
+
 def test_dco_range_on_a_git_repo(tmp_path: Path) -> None:
     _git(tmp_path, "init", "-q")
     (tmp_path / "a").write_text("1")
@@ -149,23 +159,11 @@ def test_dco_range_on_a_git_repo(tmp_path: Path) -> None:
     (tmp_path / "a").write_text("2")
     _git(tmp_path, "commit", "-q", "-a", "-s", "-m", "signed")
     base = _git(tmp_path, "rev-list", "--max-parents=0", "HEAD").strip()
-    run = subprocess.run(
-        [sys.executable, "-m", "tools.ci.check_dco", "--range", f"{base}..HEAD"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-    )
+    run = _check_dco_range(tmp_path, f"{base}..HEAD")
     assert run.returncode == 0, run.stdout + run.stderr
     (tmp_path / "a").write_text("3")
     _git(tmp_path, "commit", "-q", "-a", "-m", "unsigned")
-    run = subprocess.run(
-        [sys.executable, "-m", "tools.ci.check_dco", "--range", f"{base}..HEAD"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-    )
+    run = _check_dco_range(tmp_path, f"{base}..HEAD")
     assert run.returncode == 1
     assert "'unsigned'" in run.stdout and "'signed'" not in run.stdout
 

@@ -5,31 +5,17 @@ itself runs as its own CI step: .buildkite/lm-eval-harness.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+import test_lm_eval_correctness as gate  # on pytest's pythonpath
 import yaml
 
 from tools.ci.buildkite import validate_pipeline as vp
 
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = REPO / ".buildkite" / "lm-eval-harness"
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gate = _load(HARNESS / "test_lm_eval_correctness.py", "lm_eval_gate_runner")
 
 
 def _doc(pred_lls: list[float], target: int = 0) -> dict:

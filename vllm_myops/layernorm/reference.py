@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+
 def rms_norm_ref(
     x: torch.Tensor, weight: torch.Tensor | None, epsilon: float
 ) -> torch.Tensor:

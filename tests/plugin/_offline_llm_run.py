@@ -22,7 +22,7 @@ Several providers run one after the other in this process (each LLM with
 its own engine-core and worker processes, shut down before the next one
 starts), which saves one vLLM import per extra provider.
 
-Usage: python _offline_llm_run.py --model DIR --providers myops,native
+Usage: python -m tests.plugin._offline_llm_run --model DIR --providers myops,native
            --mode eager|compile --out FILE.json [--dtype bfloat16]
 """
 

@@ -32,7 +32,6 @@ import statistics
 import pytest
 
 from tests.plugin._helpers import (
-    HERE,
     requires_extension,
     requires_vllm,
     run_python,
@@ -91,7 +90,8 @@ def pair_runs(tiny_models, tmp_path_factory):
             out = tmp_path_factory.mktemp(f"offline-{arch}-{mode}") / "runs.json"
             proc = run_python(
                 [
-                    str(HERE / "_offline_llm_run.py"),
+                    "-m",
+                    "tests.plugin._offline_llm_run",
                     "--model",
                     str(tiny_models[arch]),
                     "--mode",

@@ -43,20 +43,6 @@ def _metric(metrics, name):
     return None
 
 
-def _read_stable(stats_dir, read_stats, interval):
-    """Counters once the per-process stats files stopped changing."""
-    time.sleep(interval * 2 + 0.2)
-    last = read_stats(stats_dir)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        time.sleep(interval + 0.1)
-        cur = read_stats(stats_dir)
-        if cur["calls"] == last["calls"]:
-            return cur
-        last = cur
-    return last
-
-
 def run_one(args, provider: str) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="myops-stats-")
     # Read by the engine-core and worker processes this LLM spawns.
@@ -64,7 +50,7 @@ def run_one(args, provider: str) -> dict:
 
     from vllm import LLM, SamplingParams
 
-    from vllm_myops.observability.stats_files import read_stats
+    from vllm_myops.observability.stats_files import read_settled
     from vllm_myops.testing.tiny_model import CORPUS, sample_prompts
 
     interval = float(os.environ["MYOPS_STATS_INTERVAL"])
@@ -85,7 +71,7 @@ def run_one(args, provider: str) -> dict:
     )
     t_start = time.time() - t0
     try:
-        before = _read_stable(stats_dir, read_stats, interval)
+        before = read_settled(stats_dir, interval, max_wait_s=10)
         metrics0 = llm.get_metrics()
 
         t1 = time.time()
@@ -143,7 +129,7 @@ def run_one(args, provider: str) -> dict:
         t_gen = time.time() - t1
 
         metrics1 = llm.get_metrics()
-        after = _read_stable(stats_dir, read_stats, interval)
+        after = read_settled(stats_dir, interval, max_wait_s=10)
     finally:
         llm.llm_engine.engine_core.shutdown()
         del llm

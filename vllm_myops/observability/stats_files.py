@@ -130,6 +130,27 @@ def read_stats(stats_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return total
 
 
+def read_settled(
+    stats_dir: str | os.PathLike[str],
+    interval_s: float,
+    max_wait_s: float,
+    settle_s: float | None = None,
+) -> dict[str, Any]:
+    """read_stats once the files stopped changing: after settle_s (default:
+    two write intervals), the first read equal to the one an interval before,
+    or the last one after max_wait_s."""
+    time.sleep(settle_s if settle_s is not None else interval_s * 2 + 0.2)
+    last = read_stats(stats_dir)
+    deadline = time.time() + max_wait_s
+    while time.time() < deadline:
+        time.sleep(interval_s + 0.1)
+        cur = read_stats(stats_dir)
+        if cur["calls"] == last["calls"]:
+            return cur
+        last = cur
+    return last
+
+
 def _family_verdict(
     stats: dict[str, Any], family: ops.Family
 ) -> tuple[int, int, list[str]]:

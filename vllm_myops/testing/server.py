@@ -246,18 +246,10 @@ class VllmServer:
     def stats(self, settle_s: float | None = None) -> dict[str, Any]:
         """Counters of the server's processes, once the files are current."""
         from vllm_myops.observability.counters import INTERVAL_S
-        from vllm_myops.observability.stats_files import read_stats
+        from vllm_myops.observability.stats_files import read_settled
 
         interval = float(self.env.get("MYOPS_STATS_INTERVAL", INTERVAL_S))
-        time.sleep(settle_s if settle_s is not None else interval * 2 + 0.2)
-        last = read_stats(self.stats_dir)
-        for _ in range(20):
-            time.sleep(interval + 0.1)
-            cur = read_stats(self.stats_dir)
-            if cur["calls"] == last["calls"]:
-                return cur
-            last = cur
-        return last
+        return read_settled(self.stats_dir, interval, 20 * (interval + 0.1), settle_s)
 
 
 @contextlib.contextmanager

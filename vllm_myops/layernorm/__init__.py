@@ -1,2 +1,4 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The RMSNorm family: FP32 references and the vLLM IR providers."""
+"""The layernorm family (RMSNorm): vLLM IR providers (ir_providers), how the
+plugin registers them (registration), FP32 references (reference) and
+typical calls for `vllm-myops doctor` (doctor_calls)."""

@@ -164,7 +164,7 @@ def fused_add_rms_norm(
 
 
 # --------------------------------------------------------------------------
-# Registration (called by vllm_myops.plugin.register)
+# Registration (called by vllm_myops.layernorm.registration)
 # --------------------------------------------------------------------------
 
 
@@ -172,10 +172,10 @@ def register_providers(loaded: bool, supported: bool) -> dict[str, object]:
     """Registers provider ``myops`` for both ops (once per process).
 
     loaded: the extension imported. supported: it also has kernels for this
-    platform (vllm_myops.platform.platform_support). When either is false the provider is
-    still registered, as unsupported, so that a priority list naming
-    ``myops`` (e.g. ``--ir-op-priority``) stays valid: vLLM drops it and serves
-    with its own kernels instead of failing on an unknown provider name.
+    platform (vllm_myops.platform.platform_support). When either is false
+    the provider is still registered, as unsupported, so that a priority list
+    naming ``myops`` (e.g. ``--ir-op-priority``) stays valid: vLLM drops it and
+    serves with its own kernels instead of failing on an unknown provider name.
 
     Returns {op_name: IrOpImpl} for both ops.
     """

@@ -134,6 +134,24 @@ function(torch_abi_flags TARGET)
   target_compile_definitions(${TARGET} PRIVATE _GLIBCXX_USE_CXX11_ABI=${TORCH_CXX11_ABI})
 endfunction()
 
+# torch_language_standard(<out-var>)
+# The C++ standard torch was built with: the CXX_STANDARD its CMake config
+# puts on target torch (17 up to torch 2.12, 20 from 2.13), else 17. Our code
+# is compiled on it, as torch.utils.cpp_extension does: libstdc++ declares
+# some members per standard (C++20 adds `basic_stringbuf::str() const &`,
+# which every c10::str message calls), and torch's wheels, built by
+# gcc-toolset on an older libstdc++ base, export their own copies of members
+# that base lacks. On another standard than torch's our references bind to
+# those copies (libtorch.so is in the process's global lookup scope); on
+# torch's we call the members torch itself calls.
+function(torch_language_standard OUT)
+  get_target_property(_std torch CXX_STANDARD)
+  if(NOT _std)
+    set(_std 17)
+  endif()
+  set(${OUT} ${_std} PARENT_SCOPE)
+endfunction()
+
 # myops_add_cpu_isa_sources(<target> <sources>...)
 # Compiles the sources once per ISA in MYOPS_CPU_ISAS (DEFAULT, AVX2, AVX512
 # on x86-64), with that ISA's MYOPS_ISA_FLAGS_<ISA> and

@@ -4,10 +4,10 @@ and inf), shapes, strides, devices and dtypes into TORCH_CHECK, on every
 device the build has kernels for.
 
 The failing calls run in a child process, one per device: a crash while
-formatting a message (as one H200 run saw before the build compiled every
-translation unit on torch's libstdc++ ABI) then fails these tests with the
-signal and the last case that completed, instead of killing the test
-worker. Each message is compared whole (its first line), so it must still
+formatting a message (as on a GPU image whose compiler linked a private,
+static libstdc++ into the module: see test_cxx_runtime.py) then fails these
+tests with the signal and the last case that completed, instead of killing
+the test worker. Each message is compared whole (its first line), so it must still
 name the argument, what was expected and what it got.
 """
 

@@ -2,7 +2,7 @@
 """Writes a pull-request body: PR_TEMPLATE.md filled from real result files.
 
     python -m tools.pr_body \\
-        --purpose "Faster RMSNorm ..." --issue 4 \\
+        --purpose "Faster <op> ..." --issue 4 \\
         --junit cpu=out/junit-cpu.xml --junit "H200=out/junit-h200.xml" \\
         --bench out/before-h200.json out/after-h200.json \\
         --bench out/before-h100.json out/after-h100.json \\
@@ -583,7 +583,7 @@ def build_body(args: argparse.Namespace) -> str:
         result.append(eval_table(eval_rows))
         result.append(
             "\nGate: measured ≥ expected × (1 − rtol), as vLLM checks; for the tiny-model "
-            "gate also the same top-1 choice as vLLM's native RMSNorm on every document."
+            "gate also the same top-1 choice as vLLM's native kernels on every document."
         )
     if result:
         blocks["test-result"] = "\n".join(result).strip()

@@ -23,8 +23,8 @@ Extensions of the schema used by this repo:
 - ``required_device: cuda``: skipped where torch has no CUDA device (the
   real-model GSM8K configs).
 - ``compare_native: true``: the same evaluation runs a second time with
-  ``native`` providers, and the gate also requires (seed 002: ranking
-  agreement is the acceptance measure) that the choice ranked first is the
+  ``native`` providers, and the gate also requires (ranking agreement is
+  the acceptance measure) that the choice ranked first is the
   same on every document (multiple-choice tasks) and the metric values are
   equal; ``max_loglik_diff`` optionally bounds the largest per-choice
   loglikelihood difference between the two runs.

@@ -11,8 +11,8 @@ The gold answer is the continuation an FP32 reference forward pass of the
 same checkpoint (Hugging Face ``transformers``, not vLLM) ranks first, and
 only *decisive* documents are kept: those whose reference top-1 beats the
 runner-up by at least ``MIN_MARGIN`` nats. So ``acc`` is the top-1 ranking
-agreement between the served model and an independent FP32 reference (the
-acceptance measure of seed 002); a correct implementation in bf16 or fp32
+agreement between the served model and an independent FP32 reference (our
+acceptance measure for numerics); a correct implementation in bf16 or fp32
 scores 1.0: bf16 rounding moves a choice's loglikelihood by up to ~0.3 nats
 here (measured: myops vs native, max over all choices, Llama 0.26, Qwen3
 0.30), so a gap of 1 nat cannot close, while a wrong RMSNorm (which moves

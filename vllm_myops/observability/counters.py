@@ -102,7 +102,9 @@ def _define_tick_op() -> None:
     lib.define("tick(Tensor(a!) t, int slot) -> ()")
     lib.impl("tick", _tick_impl, "CPU")
     lib.impl("tick", _tick_impl, "CUDA")
-    lib.impl("tick", _tick_fake, "Meta")  # meta tensors never ran anything
+    # The fake impl serves fake and meta tensors alike (torch registers it as
+    # the Meta kernel); a Meta kernel of our own as well is refused by torch
+    # 2.11 ("already has an DispatchKey::Meta implementation").
     lib._register_fake("tick", _tick_fake)
     _lib = lib
 

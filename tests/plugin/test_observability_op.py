@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The counting op registers and counts on the installed torch, with no vLLM
+(so the same test runs on every torch the project supports, including a GPU
+machine's without vLLM): counting on from the environment defines it at
+import, as in every vLLM process of `vllm-myops serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import json, torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from vllm_myops.observability import counters as c
+c.tick(torch.ones(4, 5), 0)                       # a real call: counted, 4 rows
+c.tick(torch.empty(2, 3, device="meta"), 0)       # meta: never ran, not counted
+with FakeTensorMode():
+    c.tick(torch.empty(6, 7), 0)                  # traced: not counted
+compiled = torch.compile(lambda t: c.tick(t, 1), fullgraph=True)
+compiled(torch.ones(3, 8))                        # inside a compiled graph: counted
+print(json.dumps({"calls": c.calls[:2], "rows": c.rows[:2]}))
+"""
+
+
+def test_counting_op_defines_and_counts_when_enabled_at_import() -> None:
+    env = dict(os.environ, MYOPS_STATS="1")
+    env.pop("MYOPS_STATS_DIR", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"calls": [1, 1], "rows": [4, 3]}, got

@@ -9,8 +9,10 @@ libstdc++, libgcc_s and libgomp the process maps; the GLIBCXX versions our
 recorded (_build_info.json, and the ABI flag of every translation unit in
 compile_commands.json); and, from the dynamic linker (LD_DEBUG=bindings in
 a child process), which library each C++ runtime symbol of our .so was bound
-to: a std:: symbol bound to a torch library instead of libstdc++ means two
-implementations of the same code meet in one process.
+to: a std:: symbol bound to our .so itself means the build linked a private
+copy of libstdc++ into it (a compiler whose libstdc++ is static only), and
+one bound to a torch library means torch's exported copy of that code; either
+way two implementations of the same code meet in one process.
 
     python -m tools.gpu.abi_report [--build-dir build]
 """
@@ -186,10 +188,25 @@ def main() -> None:
     for lib, n in Counter(os.path.basename(lib) for _, lib in bound).most_common():
         print(f"  {n:5d}  {lib}")
     std = re.compile(r"^((vtable|VTT|typeinfo|typeinfo name) for )?std::")
+    std_bound = [(name, lib) for name, (_, lib) in zip(names, bound) if std.match(name)]
+    # Members only the runtime itself defines (our own template instances,
+    # e.g. std::vector<at::Tensor>, bind to us legitimately).
+    runtime_only = re.compile(r"^std::(ios_base|locale)\b")
+    private = [
+        name
+        for name, lib in std_bound
+        if os.path.basename(lib) == so.name and runtime_only.match(name)
+    ]
+    print(
+        f"C++ runtime symbols (std::ios_base, std::locale) {so.name} binds to "
+        f"itself, i.e. a private libstdc++ copy: {len(private)}"
+    )
+    for name in private[:10]:
+        print(f"  {name}")
     foreign = [
         (name, lib)
-        for name, (_, lib) in zip(names, bound)
-        if std.match(name) and os.path.basename(lib).startswith(("libc10", "libtorch"))
+        for name, lib in std_bound
+        if os.path.basename(lib).startswith(("libc10", "libtorch"))
     ]
     print(
         f"std:: symbols of {so.name} bound to a torch library instead of libstdc++: {len(foreign)}"

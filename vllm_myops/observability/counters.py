@@ -15,13 +15,19 @@ How counting sees real executions, eager and compiled. An IR impl function
 runs in Python only when it is traced under torch.compile (Dynamo inlines it
 on CPU, where vLLM turns IR torch-wrapping off; on CUDA vLLM's lowering pass
 traces it into the Inductor graph). A Python counter in the impl would count
-traces, not executions. So counting is an op, ``myops_obs::tick(Tensor(a!) t,
-int slot)``, called by the impl right after the kernel: it lands in the traced
-graph like the kernel itself and runs every time the graph runs. Its schema
-declares a mutation of ``t`` (it writes nothing) so that no compiler pass may
-drop it as dead code. Native calls are counted the same way (observability
-.ir_impls wraps vLLM's native impls while counting is on), so the count is
-exact in every mode.
+traces, not executions. So counting is an op, ``myops_obs::tick(Tensor(a!)
+sink, Tensor t, int slot)``, called by the impl right after the kernel: it lands in the traced
+graph like the kernel itself and runs every time the graph runs. It reads
+``t`` (the op's output: rows are counted from its shape) and declares a
+mutation of ``sink``, a fresh empty tensor it never writes, and is registered
+as having side effects: a mutating, side-effecting op is one no compiler pass
+may drop as dead code, and mutating a tensor of its own keeps the op's output
+out of it. Declaring a write to ``t`` itself breaks
+vLLM's clone elimination after IR lowering (vllm/compilation/passes/ir/
+clone_elimination.py asserts that a clone made for an in-place provider has
+at most one writer; the kernel is that writer). Native calls are counted the
+same way (observability.ir_impls wraps vLLM's native impls while counting is
+on), so the count is exact in every mode.
 
 CUDA graphs replay kernels without running any Python: calls made while a
 graph is being captured are counted separately as ``graph_captured`` (every
@@ -73,7 +79,7 @@ def enable(stats_dir: str | None = None) -> None:
     _define_tick_op()
 
 
-def _tick_impl(t: torch.Tensor, slot: int) -> None:
+def _tick_impl(sink: torch.Tensor, t: torch.Tensor, slot: int) -> None:
     global _dumping
     width = t.shape[-1] if t.dim() else 1
     n_rows = t.numel() // width if width else 0
@@ -89,7 +95,7 @@ def _tick_impl(t: torch.Tensor, slot: int) -> None:
         stats_files.start_dumper()
 
 
-def _tick_fake(t: torch.Tensor, slot: int) -> None:
+def _tick_fake(sink: torch.Tensor, t: torch.Tensor, slot: int) -> None:
     return None
 
 
@@ -98,20 +104,25 @@ def _define_tick_op() -> None:
     if _lib is not None:
         return
     lib = torch.library.Library("myops_obs", "FRAGMENT")
-    # Tensor(a!): declared as mutating so no pass treats it as dead code.
-    lib.define("tick(Tensor(a!) t, int slot) -> ()")
+    # sink is declared as written (it never is) so that no pass treats the op
+    # as dead code; t is only read (see the module docstring).
+    lib.define("tick(Tensor(a!) sink, Tensor t, int slot) -> ()")
     lib.impl("tick", _tick_impl, "CPU")
     lib.impl("tick", _tick_impl, "CUDA")
     # The fake impl serves fake and meta tensors alike (torch registers it as
     # the Meta kernel); a Meta kernel of our own as well is refused by torch
     # 2.11 ("already has an DispatchKey::Meta implementation").
     lib._register_fake("tick", _tick_fake)
+    # Functionalization (Dynamo + AOTAutograd, the CPU compile path) turns the
+    # call into auto_functionalized(tick, sink=...) whose result nobody uses;
+    # dead-code elimination keeps it only for ops known to have side effects.
+    torch.fx.node.has_side_effect(torch.ops.myops_obs.tick.default)
     _lib = lib
 
 
 def tick(t: torch.Tensor, slot: int) -> None:
     """Counts one call of SLOTS[slot] that produced `t` (in the graph)."""
-    torch.ops.myops_obs.tick(t, slot)
+    torch.ops.myops_obs.tick(torch.empty(0, device=t.device), t, slot)
 
 
 def by_op(values: list[int]) -> dict[str, dict[str, int]]:

@@ -66,20 +66,28 @@ def spy(monkeypatch):
     return calls
 
 
-def _rows(shape, dtype, strided=False):
+def _rows(shape, dtype, device, strided=False):
     if strided:  # Qwen3's q view: [tokens, heads, head_dim] out of a qkv row
         tokens, heads, dim = shape
-        qkv = torch.randn(tokens, heads * dim * 3, dtype=dtype)
+        qkv = torch.randn(tokens, heads * dim * 3, dtype=dtype, device=device)
         return qkv[:, : heads * dim].view(tokens, heads, dim)
-    return torch.randn(*shape, dtype=dtype)
+    return torch.randn(*shape, dtype=dtype, device=device)
 
 
+DEVICES = utils.devices()[:2]  # cpu, and cuda where present
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ["2d", "3d-strided", "no-weight"])
-def test_rms_norm_myops_first_calls_our_kernel(ir, spy, dtype, case):
+def test_rms_norm_myops_first_calls_our_kernel(ir, spy, dtype, case, device):
     shape = (5, 4, 64) if case == "3d-strided" else (7, 256)
-    x = _rows(shape, dtype, strided=case == "3d-strided")
-    w = None if case == "no-weight" else torch.randn(shape[-1], dtype=dtype)
+    x = _rows(shape, dtype, device, strided=case == "3d-strided")
+    w = (
+        None
+        if case == "no-weight"
+        else torch.randn(shape[-1], dtype=dtype, device=device)
+    )
     with ir.ops.rms_norm.set_priority(["myops", "native"]):
         assert ir.ops.rms_norm.dispatch(x, w, EPS).provider == "myops"
         out = ir.ops.rms_norm(x, w, EPS)
@@ -90,11 +98,11 @@ def test_rms_norm_myops_first_calls_our_kernel(ir, spy, dtype, case):
     )
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fused_add_rms_norm_myops_inplace_and_functional(ir, spy, dtype):
-    x = torch.randn(6, 256, dtype=dtype)
-    r = torch.randn(6, 256, dtype=dtype)
-    w = torch.randn(256, dtype=dtype)
+def test_fused_add_rms_norm_myops_inplace_and_functional(ir, spy, dtype, device):
+    x, r = (torch.randn(6, 256, dtype=dtype, device=device) for _ in range(2))
+    w = torch.randn(256, dtype=dtype, device=device)
     ref_out, ref_res = reference.fused_add_rms_norm_ref(x, r, w, EPS)
     tol = tolerances.tolerance(dtype)
     op = ir.ops.fused_add_rms_norm
@@ -232,7 +240,7 @@ print("RESULT " + json.dumps(res))
     }
 
 
-@pytest.mark.parametrize("device", utils.devices()[:2])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("counting", ["counting-on", "counting-off"])
 def test_vllm_ir_lowering_pipeline(device, counting):
     """vLLM's default compiled mode on CUDA lowers IR ops after AOTAutograd:

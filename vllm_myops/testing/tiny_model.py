@@ -35,6 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vllm_myops.cache import default_cache_dir
+
 GENERATOR_VERSION = 1
 STAMP = "myops_tiny_model.json"
 ARCHS = ("llama", "qwen3")
@@ -125,16 +127,6 @@ def norm_calls_per_forward(arch: str, num_layers: int = LAYERS) -> dict[str, int
     elif arch != "llama":
         raise ValueError(f"unknown arch {arch!r} (known: {', '.join(ARCHS)})")
     return {"rms_norm": rms, "fused_add_rms_norm": fused}
-
-
-def default_cache_dir() -> Path:
-    """$MYOPS_CACHE_DIR, else $XDG_CACHE_HOME/vllm-myops, else ~/.cache/vllm-myops."""
-    env = os.environ.get("MYOPS_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "vllm-myops"
 
 
 def default_model_dir(arch: str = "llama", seed: int = 0) -> Path:

@@ -2,9 +2,15 @@
 """End-to-end serving benchmark: the same model served by vLLM's OpenAI
 server with the myops provider and with vLLM's native RMSNorm, side by side.
 
-    .venv/bin/python -m benchmarks.e2e.benchmark_serving                # tiny Llama
-    .venv/bin/python -m benchmarks.e2e.benchmark_serving --model DIR --save out.json
+    python -m benchmarks.e2e.benchmark_serving --preset tiny --concurrency 1 8
+    python -m benchmarks.e2e.benchmark_serving --preset smollm2 --save out.json
+    python -m benchmarks.e2e.benchmark_serving --preset llama3-8b-dummy   # on a GPU
+    python -m benchmarks.e2e.benchmark_serving --model DIR -- --max-model-len 4096
     ... --enforce-eager            # vLLM eager mode instead of its default (compiled)
+    ... --no-profile               # skip the step breakdown
+
+Presets (benchmarks/e2e/presets.py): tiny, smollm2 (SmolLM2-135M-Instruct),
+llama3-8b-dummy (Llama-3-8B's shapes, random weights, --load-format dummy).
 
 Method. One server at a time (the machine has 2 cores), started with
 vllm_myops.testing.server.VllmServer (free loopback port, always torn down), in the
@@ -20,6 +26,13 @@ Reported per (provider, C), median over repeats:
 The counters of each server (MYOPS_STATS_DIR) are recorded too: the myops
 server must have run every call of our ops on myops, the native one none.
 
+Step breakdown (default on): after the timed levels, each server is asked
+for a torch.profiler trace (vLLM's --profiler-config, /start_profile,
+/stop_profile) of --profile-requests requests of --profile-tokens tokens at
+once, mostly decode steps; benchmarks/e2e/step_breakdown.py sums the
+worker's kernels per family (RMSNorm, attention, GEMM, memcpy, other) per
+forward step. Profiling runs after the timing, so it does not perturb it.
+
 On a tiny model RMSNorm is a small share of each step (matmuls, attention,
 sampling, HTTP and scheduling dominate), so expect equal throughput within
 noise; the point is that the plugin costs nothing end to end. The op-level
@@ -31,14 +44,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import openai
 
-from vllm_myops.testing.server import VllmServer, tiny_model_memory_args
+from benchmarks.e2e import presets, step_breakdown
+from vllm_myops.testing.server import VllmServer, bounded_memory_args
 
 
 def _stream_completion(
@@ -124,11 +140,58 @@ def _batch(
     }  # fmt: skip
 
 
-def run_server(provider: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
-    extra = list(args.vllm_args)
-    extra += tiny_model_memory_args(extra)
+def _post(url: str, timeout: float) -> None:
+    req = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        r.read()
+
+
+def _profile(
+    srv: VllmServer, client: openai.OpenAI, served: str, trace_dir: Path, args: Any
+) -> dict[str, Any]:
+    """One profiled window of --profile-requests concurrent requests."""
+    _post(f"{srv.url}/start_profile", 300)
+    _batch(
+        client,
+        served,
+        args.prompt,
+        args.profile_requests,
+        args.profile_requests,
+        args.profile_tokens,
+    )
+    _post(f"{srv.url}/stop_profile", 600)
+    deadline = time.time() + 120  # the worker writes its trace after stop
+    while time.time() < deadline:
+        files = [p for p in trace_dir.rglob("*") if p.is_file()]
+        if files and all(time.time() - p.stat().st_mtime > 3 for p in files):
+            break
+        time.sleep(1)
+    result = step_breakdown.breakdown_dir(trace_dir)
+    result["window"] = {
+        "requests": args.profile_requests,
+        "tokens": args.profile_tokens,
+    }
+    return result
+
+
+def run_server(
+    provider: str, model: str, preset: presets.Preset, args: argparse.Namespace
+) -> dict[str, Any]:
+    extra = list(preset.vllm_args) + list(args.vllm_args)
+    if preset.kv_cache_bytes:
+        extra += bounded_memory_args(extra, preset.kv_cache_bytes)
     if args.enforce_eager:
         extra.append("--enforce-eager")
+    trace_dir = None
+    if args.profile:
+        trace_dir = Path(tempfile.mkdtemp(prefix=f"vllm-myops-trace-{provider}-"))
+        cfg = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(trace_dir),
+            "torch_profiler_with_stack": False,
+            "torch_profiler_use_gzip": False,
+        }
+        extra += ["--profiler-config", json.dumps(cfg)]
     srv = VllmServer(model, extra, use_myops=provider == "myops")
     print(
         f"[bench] {provider}: starting server ({' '.join(srv.command()[3:])})",
@@ -142,7 +205,7 @@ def run_server(provider: str, model: str, args: argparse.Namespace) -> dict[str,
             _stream_completion(client, served, args.prompt, args.max_tokens)
         levels = {}
         for conc in args.concurrency:
-            n = max(args.requests, conc)
+            n = max(args.requests or max(2 * conc, 16), conc)
             levels[str(conc)] = _batch(
                 client, served, args.prompt, n, conc, args.max_tokens
             )
@@ -153,13 +216,29 @@ def run_server(provider: str, model: str, args: argparse.Namespace) -> dict[str,
                 flush=True,
             )
         stats = srv.stats()
+        profile = None
+        if trace_dir is not None:
+            try:
+                profile = _profile(srv, client, served, trace_dir, args)
+            except Exception as e:  # the timing stands without it
+                profile = {"error": f"{type(e).__name__}: {e}"}
+            print(f"[bench] {provider} profile: {_profile_line(profile)}", flush=True)
     return {
         "provider": provider,
         "ready_after_s": ready,
         "levels": levels,
         "counters": stats["calls"],
+        "graph_captured": stats.get("graph_captured"),
         "priority": stats["priority"],
+        "profile": profile,
     }
+
+
+def _profile_line(p: dict[str, Any]) -> str:
+    if "error" in p:
+        return p["error"]
+    fams = ", ".join(f"{k} {v['share']:.1%}" for k, v in p["families"].items())
+    return f"{p['steps']} steps, {p['us_per_step'] or 0:.0f} us/step: {fams}"
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -171,14 +250,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--preset", choices=presets.PRESETS, default="smollm2")
+    ap.add_argument("--model", help="model dir or HF id (instead of --preset)")
     ap.add_argument(
-        "--model", help="model dir (default: the tiny Llama, generated locally)"
+        "--requests",
+        type=int,
+        default=0,
+        help="requests per concurrency level (default: 2 x the level, at least 16)",
     )
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument(
-        "--requests", type=int, default=32, help="requests per concurrency level"
+        "--no-profile", dest="profile", action="store_false", help="no breakdown"
     )
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--profile-requests", type=int, default=16)
+    ap.add_argument("--profile-tokens", type=int, default=32)
     ap.add_argument(
         "--prompt",
         default="The quick brown fox jumps over the lazy dog near the river bank. "
@@ -186,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument(
-        "--repeats", type=int, default=2, help="ABBA rounds (each starts 2 servers)"
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds, alternating the order (ABBA); each starts 2 servers",
     )
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--startup-timeout", type=float, default=900)
@@ -194,17 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     args, vllm_args = ap.parse_known_args(argv)
     args.vllm_args = vllm_args[1:] if vllm_args[:1] == ["--"] else vllm_args
 
-    if args.model:
-        model = args.model
-    else:
-        from vllm_myops.testing.tiny_model import default_model_dir, make_tiny_model
-
-        model = str(make_tiny_model(default_model_dir("llama"), "llama"))
+    preset = presets.Preset(args.model) if args.model else presets.resolve(args.preset)
+    model = preset.model
 
     order: list[str] = []
     for i in range(args.repeats):
         order += ["myops", "native"] if i % 2 == 0 else ["native", "myops"]
-    runs = [run_server(p, model, args) for p in order]
+    runs = [run_server(p, model, preset, args) for p in order]
 
     summary: dict[str, dict[str, Any]] = {}
     for prov in ("myops", "native"):
@@ -222,12 +307,16 @@ def main(argv: list[str] | None = None) -> int:
                     "tpot_p50_s",
                 )
             }
-    evidence_ok = all(
-        all(r["counters"][op]["native"] == 0 and r["counters"][op]["myops"] > 0
-            for op in r["counters"]) if r["provider"] == "myops" else
-        all(r["counters"][op]["myops"] == 0 for op in r["counters"])
-        for r in runs
-    )  # fmt: skip
+
+    def _ran_only(r: dict[str, Any]) -> bool:
+        counts = [r["counters"], r.get("graph_captured") or {}]
+        mine = sum(c.get(op, {}).get("myops", 0) for c in counts for op in c)
+        other = sum(
+            n for c in counts for op in c for p, n in c[op].items() if p != "myops"
+        )
+        return mine > 0 and other == 0 if r["provider"] == "myops" else mine == 0
+
+    evidence_ok = all(_ran_only(r) for r in runs)
 
     print(
         f"\nmodel {model}; {'eager' if args.enforce_eager else 'compiled (vLLM default)'}; "
@@ -250,6 +339,14 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{'':>3} myops/native throughput: {a['output_tok_per_s'] / b['output_tok_per_s']:.3f}x"
             )
+    profiles = {
+        r["provider"]: r["profile"]
+        for r in runs
+        if r.get("profile") and "error" not in r["profile"]
+    }
+    if profiles:
+        print("\nstep breakdown (torch.profiler, worker kernels per forward step):")
+        print(step_breakdown.format_table(profiles))
     print(
         f"counters: myops servers ran every call of our ops on myops, native ones none: {evidence_ok}"
     )
@@ -269,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "serving",
             "metadata": meta,
             "config": {k: v for k, v in vars(args).items() if k != "save"}
-            | {"model": model},
+            | {"model": model, "preset_vllm_args": preset.vllm_args},
             "summary": summary,
             "runs": runs,
             "evidence_ok": evidence_ok,

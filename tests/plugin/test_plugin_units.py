@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fast unit tests of the plugin's pieces that need no vLLM engine: the tiny
-model generator, the stats files, the CUDA arch check, the CLI front door.
+model generator, the stats files, the CUDA arch check, the CLI front door
+(and `serve`'s error when the default model cannot be fetched).
 A few seconds in total."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 
 import pytest
 
-from tests.plugin._helpers import requires_vllm, run_python
+from tests.plugin._helpers import requires_vllm, run_python, subprocess_env
 from vllm_myops.testing.tiny_model import (
     STAMP,
     make_tiny_model,
@@ -123,6 +124,30 @@ def test_cli_front_door():
         ["-m", "vllm_myops.cli", "stats", "DIR", "--bogus"], timeout=120, check=False
     )
     assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+
+
+@requires_vllm
+def test_serve_without_the_model_says_how_to_get_it(tmp_path):
+    """The default model neither cached nor in the (empty) wheelhouse: exit
+    code 2 with a message naming what to set, no traceback, no server."""
+    empty = tmp_path / "wheelhouse"
+    empty.mkdir()
+    env = subprocess_env(
+        MYOPS_CACHE_DIR=str(tmp_path / "cache"), MYOPS_WHEELHOUSE=str(empty)
+    )
+    proc = run_python(
+        ["-m", "vllm_myops.cli", "serve"], timeout=300, env=env, check=False
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: SmolLM2-135M-Instruct: pip found no" in proc.stderr
+    assert "MYOPS_WHEELHOUSE" in proc.stderr and "Traceback" not in proc.stderr
+    assert "command:" not in proc.stdout  # no server was started
+    proc = run_python(
+        ["-m", "vllm_myops.cli", "serve", "--model", "x", "--tiny", "llama"],
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
 
 
 @requires_vllm

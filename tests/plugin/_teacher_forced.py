@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Teacher-forced next-token statistics, shared by the vLLM runs and the
+Hugging Face reference (imported as tests.plugin._teacher_forced).
+
+A run is a list of sequences, a sequence a list of rows, one per predicted
+position (every prompt token but the first):
+``{"token", "lp", "top1", "top1_lp", "top2_lp"}``: the actual next token and
+its logprob, the best token and the two best logprobs. Teacher forcing: every
+position sees the true prefix, so one early difference cannot change every
+later position, and two runs compare position by position.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def position_row(
+    token: int, lp: float, top1: int, top1_lp: float, top2_lp: float | None
+) -> Row:
+    return {
+        "token": int(token),
+        "lp": float(lp),
+        "top1": int(top1),
+        "top1_lp": float(top1_lp),
+        "top2_lp": None if top2_lp is None else float(top2_lp),
+    }
+
+
+def rows_from_prompt_logprobs(ids: list[int], prompt_logprobs: Any) -> list[Row]:
+    """Rows from vLLM's RequestOutput.prompt_logprobs (requested with
+    prompt_logprobs >= 2): per position a {token: Logprob} dict holding the
+    actual token and the ranked top tokens; None at position 0."""
+    rows = []
+    for pos, lp in enumerate(prompt_logprobs or []):
+        if lp is None:  # the first position has no prediction
+            continue
+        ranked = sorted(
+            (v.rank, t, v.logprob) for t, v in lp.items() if v.rank is not None
+        )
+        top = [(t, float(lg)) for r, t, lg in ranked if r in (1, 2)]
+        rows.append(
+            position_row(
+                ids[pos],
+                lp[ids[pos]].logprob,
+                top[0][0],
+                top[0][1],
+                top[1][1] if len(top) > 1 else None,
+            )
+        )
+    return rows
+
+
+def rows_from_logprobs(ids: list[int], logprobs: Any) -> list[Row]:
+    """Rows from full next-token log-probabilities (a torch tensor
+    [len(ids), vocab]; row i predicts ids[i + 1])."""
+    import torch
+
+    top = torch.topk(logprobs[:-1], 2, dim=-1)
+    targets = torch.tensor(ids[1:], device=logprobs.device)
+    target_lp = logprobs[:-1].gather(-1, targets[:, None])[:, 0]
+    return [
+        position_row(t, lp, i1, v1, v2)
+        for t, lp, (i1, _), (v1, v2) in zip(
+            ids[1:],
+            target_lp.tolist(),
+            top.indices.tolist(),
+            top.values.tolist(),
+        )
+    ]
+
+
+def margin(row: Row) -> float:
+    """Best minus second-best logprob (inf when only one token is known)."""
+    return math.inf if row["top2_lp"] is None else row["top1_lp"] - row["top2_lp"]
+
+
+def perplexity(run: list[list[Row]]) -> float:
+    """exp(mean negative logprob of the actual tokens) over every position."""
+    return math.exp(-statistics.fmean(r["lp"] for seq in run for r in seq))
+
+
+def _quarter_means(diffs_by_seq: list[list[float]]) -> list[float]:
+    """Mean of the diffs in each quarter of the sequences (by relative
+    position, pooled over sequences)."""
+    quarters: list[list[float]] = [[], [], [], []]
+    for diffs in diffs_by_seq:
+        for i, d in enumerate(diffs):
+            quarters[min(4 * i // len(diffs), 3)].append(d)
+    return [statistics.fmean(q) if q else math.nan for q in quarters]
+
+
+def compare(
+    mine: list[list[Row]], ref: list[list[Row]], decisive_margin: float
+) -> dict:
+    """Agreement of `mine` with `ref` over the same prompts: top-1 agreement
+    (all positions, and decisive ones: ref margin > decisive_margin), the
+    largest and mean |logprob difference| of the actual token and of the
+    best token, the ref margins where top-1 flipped, perplexities, and drift
+    by position (mean |actual-token logprob difference| per quarter of the
+    sequences)."""
+    assert len(mine) == len(ref), (len(mine), len(ref))
+    n = agree = decisive = decisive_agree = 0
+    lp_diffs: list[list[float]] = []
+    top1_diffs: list[float] = []
+    flips: list[float] = []
+    for seq_m, seq_r in zip(mine, ref):
+        assert len(seq_m) == len(seq_r), (len(seq_m), len(seq_r))
+        seq_diffs = []
+        for m, r in zip(seq_m, seq_r):
+            assert m["token"] == r["token"]
+            n += 1
+            seq_diffs.append(abs(m["lp"] - r["lp"]))
+            top1_diffs.append(abs(m["top1_lp"] - r["top1_lp"]))
+            same = m["top1"] == r["top1"]
+            agree += same
+            if margin(r) > decisive_margin:
+                decisive += 1
+                decisive_agree += same
+            if not same:
+                flips.append(round(margin(r), 4))
+        lp_diffs.append(seq_diffs)
+    flat = [d for seq in lp_diffs for d in seq]
+    quarters = _quarter_means(lp_diffs)
+    return {
+        "positions": n,
+        "top1_agreement": agree / n,
+        "decisive_margin": decisive_margin,
+        "decisive_positions": decisive,
+        "decisive_agreement": decisive_agree / max(decisive, 1),
+        "max_lp_diff": max(flat),
+        "mean_lp_diff": statistics.fmean(flat),
+        "max_top1_lp_diff": max(top1_diffs),
+        "mean_top1_lp_diff": statistics.fmean(top1_diffs),
+        "flips_at_ref_margin": sorted(flips),
+        "ppl": perplexity(mine),
+        "ref_ppl": perplexity(ref),
+        "mean_lp_diff_by_quarter": quarters,
+    }

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The teacher-forced statistics and comparisons (tests.plugin._teacher_forced)
+the offline agreement gates rest on, on hand-made rows: no vLLM, no model."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tests.plugin import _teacher_forced as tf
+
+
+def _row(token: int, lp: float, top1: int, top1_lp: float, top2_lp: float) -> dict:
+    return tf.position_row(token, lp, top1, top1_lp, top2_lp)
+
+
+def test_rows_from_logprobs_predict_the_next_token() -> None:
+    ids = [0, 2, 1]
+    logits = torch.tensor([[0.0, 1.0, 3.0], [2.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    lp = torch.log_softmax(logits, dim=-1)
+    rows = tf.rows_from_logprobs(ids, lp)
+    assert len(rows) == 2  # the first token has no prediction, the last none to make
+    assert rows[0]["token"] == 2 and rows[0]["top1"] == 2
+    assert rows[0]["lp"] == pytest.approx(float(lp[0, 2]))
+    assert rows[0]["top2_lp"] == pytest.approx(float(lp[0, 1]))
+    assert rows[1]["token"] == 1 and rows[1]["top1"] == 0
+    assert rows[1]["lp"] == pytest.approx(float(lp[1, 1]))
+
+
+def test_rows_from_vllm_prompt_logprobs() -> None:
+    def lp(v: float, rank: int) -> SimpleNamespace:
+        return SimpleNamespace(logprob=v, rank=rank)
+
+    # vLLM: None at position 0; then the actual token (any rank) and the top-2.
+    prompt_logprobs = [
+        None,
+        {7: lp(-0.1, 1), 3: lp(-2.5, 2)},
+        {5: lp(-4.0, 9), 3: lp(-0.2, 1), 7: lp(-1.9, 2)},
+    ]
+    rows = tf.rows_from_prompt_logprobs([1, 7, 5], prompt_logprobs)
+    assert rows == [
+        _row(7, -0.1, 7, -0.1, -2.5),
+        _row(5, -4.0, 3, -0.2, -1.9),
+    ]
+
+
+def test_compare_counts_flips_decisive_positions_and_drift() -> None:
+    ref = [
+        [
+            _row(1, -0.5, 1, -0.5, -3.0),  # decisive (margin 2.5), same top-1
+            _row(2, -1.0, 3, -0.9, -1.0),  # near tie, flipped below
+            _row(4, -2.0, 4, -0.2, -2.2),  # decisive
+            _row(5, -0.3, 5, -0.3, -0.4),  # near tie
+        ]
+    ]
+    mine = [
+        [
+            _row(1, -0.6, 1, -0.6, -3.0),
+            _row(2, -0.9, 2, -0.9, -1.0),
+            _row(4, -2.0, 4, -0.2, -2.2),
+            _row(5, -0.7, 5, -0.3, -0.4),
+        ]
+    ]
+    c = tf.compare(mine, ref, decisive_margin=0.5)
+    assert c["positions"] == 4
+    assert c["top1_agreement"] == 0.75
+    assert c["decisive_positions"] == 2 and c["decisive_agreement"] == 1.0
+    assert c["flips_at_ref_margin"] == [pytest.approx(0.1)]
+    assert c["max_lp_diff"] == pytest.approx(0.4)
+    assert c["mean_lp_diff"] == pytest.approx((0.1 + 0.1 + 0.0 + 0.4) / 4)
+    # One position per quarter: the last quarter's difference is the largest.
+    assert c["mean_lp_diff_by_quarter"] == pytest.approx([0.1, 0.1, 0.0, 0.4])
+    assert c["ref_ppl"] == pytest.approx(math.exp((0.5 + 1.0 + 2.0 + 0.3) / 4))
+
+
+def test_a_decisive_flip_is_reported_as_such() -> None:
+    ref = [[_row(1, -0.1, 1, -0.1, -3.0)]]
+    mine = [[_row(1, -3.0, 2, -0.1, -0.1)]]
+    c = tf.compare(mine, ref, decisive_margin=0.5)
+    assert c["decisive_positions"] == 1 and c["decisive_agreement"] == 0.0
+
+
+def test_compare_refuses_runs_over_different_tokens() -> None:
+    with pytest.raises(AssertionError):
+        tf.compare([[_row(1, 0, 1, 0, -1)]], [[_row(2, 0, 2, 0, -1)]], 0.5)
+    with pytest.raises(AssertionError):
+        tf.compare([[_row(1, 0, 1, 0, -1)]], [[]], 0.5)

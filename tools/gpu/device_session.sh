@@ -449,7 +449,10 @@ stage_vllm_up() {
     say "vllm_up: model at $model"
     timeout 120 "$PY" -m vllm_myops.cli doctor 2>&1 | tail -n 30
     say "vllm_up: vllm-myops serve (default: torch.compile + CUDA graphs)"
-    timeout "$((b - 30))" "$PY" -m vllm_myops.cli serve 2>&1
+    # The converted model by path (what the default resolves to), a fixed KV
+    # cache (vLLM would take 92% of the GPU), vLLM's default compile mode.
+    timeout "$((b - 30))" "$PY" -m vllm_myops.cli serve --model "$model" \
+      -- --kv-cache-memory-bytes $((4 << 30)) 2>&1
   } >"$OUT/vllm_up.log" 2>&1
   rc=$?
   grep -E "assistant:|output:|=> |ready after|error|Error" "$OUT/vllm_up.log" | tail -n 12 | sed 's/^/  /'

@@ -10,7 +10,6 @@ GGUF's config and loading the dequantized tensors works in both.
 
 from __future__ import annotations
 
-import importlib.metadata
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,17 +60,13 @@ def convert_gguf_to_hf(
     t = time.time()
     model.to(torch.bfloat16)  # save_pretrained records the dtype in the config
     model.save_pretrained(str(out), safe_serialization=True)
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
-    if _transformers_major() < 5:
-        tokenizer = _tokenizer_as_declared(tokenizer, config, gguf_file)
+    tokenizer = _tokenizer_as_declared(
+        AutoTokenizer.from_pretrained(src, gguf_file=name), gguf_file
+    )
     if not tokenizer.chat_template:
         raise ValueError(f"{name} has no chat template")
     tokenizer.save_pretrained(str(out))
     log(f"  convert: bf16 safetensors and tokenizer saved ({time.time() - t:.1f} s)")
-
-
-def _transformers_major() -> int:
-    return int(importlib.metadata.version("transformers").split(".")[0])
 
 
 def _model_from_config(config: Any, dtype: Any) -> Any:
@@ -83,11 +78,14 @@ def _model_from_config(config: Any, dtype: Any) -> Any:
         return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
 
 
-def _tokenizer_as_declared(tokenizer: Any, config: Any, gguf_file: Path) -> Any:
-    """transformers 4.x wraps a Llama GGUF's byte-level BPE vocabulary in its
-    Llama tokenizer class: BOS prepended whatever the GGUF declares, the BOS
-    token as EOS, a SentencePiece decoder. Rebuilt here as the GGUF declares
-    it (5.x reads it so already); other vocabularies are kept as they are."""
+def _tokenizer_as_declared(tokenizer: Any, gguf_file: Path) -> Any:
+    """The tokenizer as the GGUF declares it. transformers' own reading of a
+    Llama GGUF's byte-level BPE vocabulary differs between releases: 4.57
+    wraps it in its Llama class (BOS prepended whatever the GGUF says, BOS
+    as EOS, a SentencePiece decoder), 5.17 takes BOS as EOS as well, 5.19
+    gets it right. The vocabulary and merges (the same in all of them) are
+    kept; special tokens, BOS/EOS insertion and the decoder come from the
+    GGUF's metadata. Other vocabularies are kept as transformers read them."""
     from gguf import GGUFReader
     from tokenizers import Tokenizer, decoders, processors
     from transformers import PreTrainedTokenizerFast
@@ -103,10 +101,11 @@ def _tokenizer_as_declared(tokenizer: Any, config: Any, gguf_file: Path) -> Any:
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.decoder = decoders.ByteLevel()
 
-    def token(token_id: int | None) -> str | None:
+    def token(key: str) -> str | None:
+        token_id = declared(f"{key}_token_id")
         return None if token_id is None else backend.id_to_token(int(token_id))
 
-    bos, eos = token(config.bos_token_id), token(config.eos_token_id)
+    bos, eos = token("bos"), token("eos")
     single = ["$A:0"]
     if declared("add_bos_token", False) and bos is not None:
         single.insert(0, f"{bos}:0")
@@ -123,12 +122,19 @@ def _tokenizer_as_declared(tokenizer: Any, config: Any, gguf_file: Path) -> Any:
         tokenizer_object=backend,
         bos_token=bos,
         eos_token=eos,
-        unk_token=token(getattr(config, "unk_token_id", None)),
-        pad_token=token(getattr(config, "pad_token_id", None)),
-        chat_template=tokenizer.chat_template,
-        model_max_length=getattr(config, "max_position_embeddings", None)
-        or tokenizer.model_max_length,
+        unk_token=token("unknown"),
+        pad_token=token("padding"),
+        chat_template=declared("chat_template") or tokenizer.chat_template,
+        model_max_length=_context_length(fields) or tokenizer.model_max_length,
         clean_up_tokenization_spaces=False,
         # A causal LM takes no token_type_ids (4.x's default would add them).
         model_input_names=["input_ids", "attention_mask"],
     )
+
+
+def _context_length(fields: Any) -> int | None:
+    arch = fields.get("general.architecture")
+    if arch is None:
+        return None
+    field = fields.get(f"{arch.contents()}.context_length")
+    return int(field.contents()) if field is not None else None

@@ -45,7 +45,7 @@ from vllm_myops.cache import default_cache_dir
 
 WHEELHOUSE_ENV = "MYOPS_WHEELHOUSE"
 # Bump when the converted directory changes for the same spec.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 STAMP = "myops_packaged_model.json"
 # Python packages the conversion imports, and what to install for each.
 CONVERTER_PACKAGES = {

@@ -582,8 +582,10 @@ def build_body(args: argparse.Namespace) -> str:
         result.append("\n### Accuracy (lm-eval)\n")
         result.append(eval_table(eval_rows))
         result.append(
-            "\nGate: measured ≥ expected × (1 − rtol), as vLLM checks; for the tiny-model "
-            "gate also the same top-1 choice as vLLM's native kernels on every document."
+            "\nGate: measured ≥ expected × (1 − rtol), as vLLM checks (≤ expected × "
+            "(1 + rtol) for lower-is-better metrics such as perplexity); with "
+            "compare_native also the same top-1 choice as vLLM's native kernels on every "
+            "document, and perplexities within the config's bound of native's."
         )
     if result:
         blocks["test-result"] = "\n".join(result).strip()

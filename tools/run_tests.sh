@@ -23,7 +23,7 @@ say "pytest (scope: ${VLLM_MYOPS_TEST_SCOPE:-quick}): kernels, plugin, tooling"
 "$PY" -m pytest -ra --durations=15 "$@"
 
 if [[ $# -eq 0 ]]; then
-  say "lm-eval gate: tiny models served with the plugin vs native (ranking must not change)"
+  say "lm-eval gate: tiny models (ranking must not change) and SmolLM2 on real text (perplexity), plugin vs native"
   "$PY" -m pytest -ra -s .buildkite/lm-eval-harness/test_lm_eval_correctness.py \
     --config-list-file=.buildkite/lm-eval-harness/configs/models-cpu.txt
 fi

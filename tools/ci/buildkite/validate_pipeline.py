@@ -165,6 +165,8 @@ LM_EVAL_OPTIONAL = {
     # vllm-myops extensions (see .buildkite/lm-eval-harness/README in the
     # runner's docstring)
     "tiny_model",
+    "real_model",
+    "real_text",
     "required_device",
     "compare_native",
     "max_loglik_diff",

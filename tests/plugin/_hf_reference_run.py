@@ -27,7 +27,9 @@ def load_fp32_model(model_dir: str, device: str):
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, torch_dtype=torch.float32
         )
-    return model.to(device).eval()
+    # fp32 whatever the loader made of the argument (older versions may
+    # ignore an unknown keyword rather than refuse it).
+    return model.to(device=device, dtype=torch.float32).eval()
 
 
 def main() -> None:

@@ -98,7 +98,10 @@ def test_openai_client_chat_and_concurrent_completions(tiny_models):
         assert (
             calls["rms_norm"]["myops"] * 4 == calls["fused_add_rms_norm"]["myops"] * 5
         )
-        assert stats["priority"]["rms_norm"] == ["myops", "native"]
+        # myops first; vLLM appends its platform default (["native"] on CPU,
+        # ["vllm_c", "native"] on CUDA in eager mode).
+        prio = stats["priority"]["rms_norm"]
+        assert prio[0] == "myops" and prio[-1] == "native", prio
     assert srv.proc is not None and srv.proc.poll() is not None  # torn down
 
 

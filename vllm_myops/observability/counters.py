@@ -15,19 +15,29 @@ How counting sees real executions, eager and compiled. An IR impl function
 runs in Python only when it is traced under torch.compile (Dynamo inlines it
 on CPU, where vLLM turns IR torch-wrapping off; on CUDA vLLM's lowering pass
 traces it into the Inductor graph). A Python counter in the impl would count
-traces, not executions. So counting is an op, ``myops_obs::tick(Tensor(a!)
-sink, Tensor t, int slot)``, called by the impl right after the kernel: it lands in the traced
-graph like the kernel itself and runs every time the graph runs. It reads
-``t`` (the op's output: rows are counted from its shape) and declares a
-mutation of ``sink``, a fresh empty tensor it never writes, and is registered
-as having side effects: a mutating, side-effecting op is one no compiler pass
-may drop as dead code, and mutating a tensor of its own keeps the op's output
-out of it. Declaring a write to ``t`` itself breaks
-vLLM's clone elimination after IR lowering (vllm/compilation/passes/ir/
-clone_elimination.py asserts that a clone made for an in-place provider has
-at most one writer; the kernel is that writer). Native calls are counted the
-same way (observability.ir_impls wraps vLLM's native impls while counting is
-on), so the count is exact in every mode.
+traces, not executions. So counting is an op called by the impl right after
+the kernel: it lands in the traced graph like the kernel itself and runs
+every time the graph runs. A compiler keeps an op that returns nothing only
+if it mutates something, so the op declares a write (and writes nothing).
+What it declares as written depends on how the impl is being traced:
+
+- traced by Dynamo (torch-wrapping off, as vLLM compiles on CPU):
+  ``myops_obs::tick(Tensor(a!) t, int slot)`` on the op's output ``t``.
+  Functionalization turns the call into a new value of ``t`` that the rest
+  of the graph uses, so no dead-code pass can drop it. (The sink form below
+  becomes an unused functional value there, which dead-code elimination
+  drops: seen on torch 2.13 unless the op is registered with
+  ``torch.fx.node.has_side_effect``; this form needs no such registration.)
+- traced otherwise (vLLM's IR lowering pass inside Inductor, the CUDA
+  compiled default; eager calls): ``myops_obs::tick_sink(Tensor(a!) sink,
+  Tensor t, int slot)``, reading ``t`` and "writing" a fresh empty tensor of
+  its own. The lowered graph is not functional: a mutating op is kept as is.
+  A declared write to ``t`` there would break vLLM's clone elimination
+  (vllm/compilation/passes/ir/clone_elimination.py asserts that the clone
+  made for an in-place provider has at most one writer, the kernel).
+
+Native calls are counted the same way (observability.ir_impls wraps vLLM's
+native impls while counting is on), so the count is exact in every mode.
 
 CUDA graphs replay kernels without running any Python: calls made while a
 graph is being captured are counted separately as ``graph_captured`` (every
@@ -79,7 +89,7 @@ def enable(stats_dir: str | None = None) -> None:
     _define_tick_op()
 
 
-def _tick_impl(sink: torch.Tensor, t: torch.Tensor, slot: int) -> None:
+def _count(t: torch.Tensor, slot: int) -> None:
     global _dumping
     width = t.shape[-1] if t.dim() else 1
     n_rows = t.numel() // width if width else 0
@@ -95,8 +105,12 @@ def _tick_impl(sink: torch.Tensor, t: torch.Tensor, slot: int) -> None:
         stats_files.start_dumper()
 
 
-def _tick_fake(sink: torch.Tensor, t: torch.Tensor, slot: int) -> None:
-    return None
+def _tick_impl(t: torch.Tensor, slot: int) -> None:
+    _count(t, slot)
+
+
+def _tick_sink_impl(sink: torch.Tensor, t: torch.Tensor, slot: int) -> None:
+    _count(t, slot)
 
 
 def _define_tick_op() -> None:
@@ -104,25 +118,25 @@ def _define_tick_op() -> None:
     if _lib is not None:
         return
     lib = torch.library.Library("myops_obs", "FRAGMENT")
-    # sink is declared as written (it never is) so that no pass treats the op
-    # as dead code; t is only read (see the module docstring).
-    lib.define("tick(Tensor(a!) sink, Tensor t, int slot) -> ()")
-    lib.impl("tick", _tick_impl, "CPU")
-    lib.impl("tick", _tick_impl, "CUDA")
-    # The fake impl serves fake and meta tensors alike (torch registers it as
-    # the Meta kernel); a Meta kernel of our own as well is refused by torch
-    # 2.11 ("already has an DispatchKey::Meta implementation").
-    lib._register_fake("tick", _tick_fake)
-    # Functionalization (Dynamo + AOTAutograd, the CPU compile path) turns the
-    # call into auto_functionalized(tick, sink=...) whose result nobody uses;
-    # dead-code elimination keeps it only for ops known to have side effects.
-    torch.fx.node.has_side_effect(torch.ops.myops_obs.tick.default)
+    # Declared writes that never happen keep the ops alive (module docstring).
+    lib.define("tick(Tensor(a!) t, int slot) -> ()")
+    lib.define("tick_sink(Tensor(a!) sink, Tensor t, int slot) -> ()")
+    for name, fn in (("tick", _tick_impl), ("tick_sink", _tick_sink_impl)):
+        lib.impl(name, fn, "CPU")
+        lib.impl(name, fn, "CUDA")
+        # The fake impl serves fake and meta tensors alike (torch registers it
+        # as the Meta kernel); a Meta kernel of our own as well is refused by
+        # torch 2.11 ("already has an DispatchKey::Meta implementation").
+        lib._register_fake(name, lambda *args: None)
     _lib = lib
 
 
 def tick(t: torch.Tensor, slot: int) -> None:
     """Counts one call of SLOTS[slot] that produced `t` (in the graph)."""
-    torch.ops.myops_obs.tick(torch.empty(0, device=t.device), t, slot)
+    if torch.compiler.is_dynamo_compiling():
+        torch.ops.myops_obs.tick(t, slot)
+    else:
+        torch.ops.myops_obs.tick_sink(torch.empty(0, device=t.device), t, slot)
 
 
 def by_op(values: list[int]) -> dict[str, dict[str, int]]:

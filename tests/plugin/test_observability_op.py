@@ -38,3 +38,38 @@ def test_counting_op_defines_and_counts_when_enabled_at_import() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {"calls": [1, 1], "rows": [4, 3]}, got
+
+
+FORK_CHILD = r"""
+import json, multiprocessing as mp, os
+from vllm_myops.observability import counters as c
+first = c.STATS_DIR
+os.environ["MYOPS_STATS_DIR"] = first + "-second"   # the next engine's directory
+
+def child(q):
+    q.put(c.STATS_DIR)
+
+ctx = mp.get_context("fork")
+q = ctx.Queue()
+p = ctx.Process(target=child, args=(q,))
+p.start(); got = q.get(timeout=60); p.join()
+print(json.dumps({"first": first, "child": got}))
+"""
+
+
+def test_forked_child_writes_where_its_environment_says(tmp_path) -> None:
+    """A process that starts two vLLM engines one after the other, each with
+    its own MYOPS_STATS_DIR, and forks their processes: the second engine's
+    processes must write into the second directory, not where the parent was
+    when it imported the counters."""
+    env = dict(os.environ, MYOPS_STATS_DIR=str(tmp_path / "first"))
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["child"] == got["first"] + "-second", got

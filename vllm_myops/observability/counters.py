@@ -153,9 +153,17 @@ def reset() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _dumping
+    global _dumping, STATS_DIR, ENABLED
     _dumping = False  # the dumper thread did not survive the fork
     reset()  # the parent's counts are the parent's
+    # The child writes where the environment it inherits says, which may have
+    # changed since this module was imported (a process that starts one vLLM
+    # engine after another, each with its own MYOPS_STATS_DIR, and forks them).
+    env_dir = os.environ.get(ENV_STATS_DIR)
+    if env_dir:
+        STATS_DIR = env_dir
+        ENABLED = True
+        _define_tick_op()
 
 
 if ENABLED:

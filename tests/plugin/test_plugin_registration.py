@@ -95,6 +95,9 @@ print("RESULT " + json.dumps({"calls": calls, "same": first == second}))
 
 _FALLBACK_CHECK = r"""
 import json, logging, io
+# vLLM configures logging when vllm.logger is imported; vLLM 0.24 does it
+# with dictConfig, which drops every handler added before.
+import vllm.logger
 buf = io.StringIO()
 handler = logging.StreamHandler(buf)
 logging.getLogger("vllm.myops").addHandler(handler)
@@ -163,6 +166,7 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError("No module named 'vllm.ir' (simulated)")
         return None
 sys.meta_path.insert(0, Block())
+import vllm.logger  # configures logging first (see _FALLBACK_CHECK)
 buf = io.StringIO()
 logging.getLogger("vllm.myops").addHandler(logging.StreamHandler(buf))
 import vllm_myops

@@ -57,7 +57,6 @@ class Preset:
     # KV cache sized explicitly (the same for both providers): enough for the
     # benchmark's concurrency, and vLLM-CPU would otherwise take most of the RAM.
     kv_cache_bytes: int | None = None
-    norms_per_forward: int | None = None  # RMSNorm calls per forward pass
 
 
 def make_shape_model(out: Path, config: dict, tokenizer_from: Path) -> Path:
@@ -83,13 +82,12 @@ def resolve(name: str) -> Preset:
         return Preset(
             str(make_tiny_model(default_model_dir("llama"), "llama")),
             kv_cache_bytes=256 << 20,
-            norms_per_forward=5,
         )
     from vllm_myops.models import ensure_default_model
 
     smollm2 = ensure_default_model()
     if name == "smollm2":
-        return Preset(str(smollm2), SERVING_ARGS, 4 << 30, 61)
+        return Preset(str(smollm2), SERVING_ARGS, 4 << 30)
     if name == "llama3-8b-dummy":
         from vllm_myops.cache import default_cache_dir
 
@@ -100,7 +98,6 @@ def resolve(name: str) -> Preset:
             str(out),
             ["--load-format", "dummy", *SERVING_ARGS],
             8 << 30,
-            65,
         )
     raise ValueError(f"unknown preset {name!r} (tiny, smollm2, llama3-8b-dummy)")
 

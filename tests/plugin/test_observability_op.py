@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+
+from tests.plugin._helpers import run_python
 
 CHILD = r"""
 import json, torch
@@ -25,18 +25,14 @@ print(json.dumps({"calls": c.calls[:2], "rows": c.rows[:2]}))
 """
 
 
+def _last_json_line(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 def test_counting_op_defines_and_counts_when_enabled_at_import() -> None:
     env = dict(os.environ, MYOPS_STATS="1")
     env.pop("MYOPS_STATS_DIR", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _last_json_line(run_python(CHILD, timeout=300, env=env).stdout)
     assert got == {"calls": [1, 1], "rows": [4, 3]}, got
 
 
@@ -63,13 +59,5 @@ def test_forked_child_writes_where_its_environment_says(tmp_path) -> None:
     processes must write into the second directory, not where the parent was
     when it imported the counters."""
     env = dict(os.environ, MYOPS_STATS_DIR=str(tmp_path / "first"))
-    proc = subprocess.run(
-        [sys.executable, "-c", FORK_CHILD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _last_json_line(run_python(FORK_CHILD, timeout=300, env=env).stdout)
     assert got["child"] == got["first"] + "-second", got

@@ -51,6 +51,11 @@ class OpSpec:
 
 FAMILIES: tuple[Family, ...] = (
     Family(
+        name="quantization",
+        title="W4A16 GEMM",
+        registration="vllm_myops.quantization.registration",
+    ),
+    Family(
         name="layernorm",
         title="RMSNorm",
         registration="vllm_myops.layernorm.registration",
@@ -70,6 +75,15 @@ OPS: tuple[OpSpec, ...] = (
         family="layernorm",
         hook=Hook(HOOK_VLLM_IR, "fused_add_rms_norm"),
         kernels=("fused_add_rms_norm",),
+    ),
+    # Every linear layer of `--quantization myops_w4a16`. Its native count
+    # stays 0 (vLLM runs no other path for a layer we claimed); the slot keeps
+    # the registry-wide counters and reports uniform.
+    OpSpec(
+        name="w4a16_linear",
+        family="quantization",
+        hook=Hook(HOOK_QUANTIZATION, "myops_w4a16"),
+        kernels=("w4a16_gemm", "w4a16_repack"),
     ),
 )
 

@@ -5,22 +5,24 @@ vllm-myops serve [--model DIR | --tiny ARCH] [vLLM args...]
                                   the main job (cli/serve.py; default model SmolLM2)
 vllm-myops doctor [--json] [--ir-op-priority JSON]
 vllm-myops stats DIR [--json]     counters of a server run
+vllm-myops quantize MODEL OUT [--group-size N] [--sym|--asym] [--act-order]
+                                  a 4-bit GPTQ-format checkpoint (RTN)
 """
 
 from __future__ import annotations
 
 import argparse
 
-from vllm_myops.cli import doctor, serve, stats
+from vllm_myops.cli import doctor, quantize, serve, stats
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="vllm-myops", description="vLLM with the vllm-myops kernels."
     )
-    sub = ap.add_subparsers(dest="command", metavar="{serve,doctor,stats}")
+    sub = ap.add_subparsers(dest="command", metavar="{serve,doctor,stats,quantize}")
     sub.required = True
-    for command in (serve, doctor, stats):
+    for command in (serve, doctor, stats, quantize):
         command.add_parser(sub)
     return ap
 

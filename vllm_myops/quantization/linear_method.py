@@ -1,0 +1,283 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The linear methods of ``--quantization myops_w4a16`` (LinearMethodBase
+subclasses; vLLM's MPLinearKernel classes changed fields between 0.24 and
+0.32, so none are used).
+
+After process_weights_after_loading every layer holds the same tensors,
+whatever the source: ``w4a16_packed`` (w4a16_repack's layout), ``scales``
+[G, N] and ``zeros`` [G, N] (zero codes as floats; None = symmetric) in the
+activation dtype, and ``w4a16_perm`` [K] (act-order column gather; None
+without act-order). apply() is one w4a16_gemm with the bias fused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vllm_myops import _custom_ops, ops
+from vllm_myops.observability import counters
+from vllm_myops.quantization import reference, vllm_compat
+from vllm_myops.quantization.config import MyopsW4A16Config
+from vllm_myops.quantization.gptq_format import gptq_zeros
+
+_, _LinearMethodBase, _Unquantized = vllm_compat.linear_classes()
+SPEC = ops.op("w4a16_linear")
+_SLOT = counters.slot(SPEC.name, ops.PROVIDER)
+
+
+def _set(layer: torch.nn.Module, name: str, t: torch.Tensor | None) -> None:
+    if hasattr(layer, name):
+        delattr(layer, name)
+    if t is None:
+        setattr(layer, name, None)
+    else:
+        layer.register_parameter(name, torch.nn.Parameter(t, requires_grad=False))
+
+
+def install_weights(
+    layer: torch.nn.Module,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    perm: torch.Tensor | None,
+    size_k: int,
+    size_n: int,
+    group_size: int,
+    act_dtype: torch.dtype,
+) -> None:
+    """Repacks GPTQ-packed ``qweight`` [ceil(K/8), N] (rows already in the
+    GEMM's order) and sets the tensors apply() reads."""
+    packed = _custom_ops.w4a16_repack(qweight.contiguous(), size_k, size_n)
+    _set(layer, "w4a16_packed", packed)
+    _set(layer, "scales", scales.to(act_dtype).contiguous())
+    _set(layer, "zeros", None if zeros is None else zeros.to(act_dtype).contiguous())
+    _set(layer, "w4a16_perm", perm)
+    layer.w4a16_shape = (size_k, size_n, group_size)
+
+
+def w4a16_apply(
+    layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    size_k, size_n, group_size = layer.w4a16_shape
+    x2 = x.reshape(-1, size_k)
+    if layer.w4a16_perm is not None:
+        x2 = x2.index_select(1, layer.w4a16_perm)
+    out = _custom_ops.w4a16_gemm(
+        x2,
+        layer.w4a16_packed,
+        layer.scales,
+        layer.zeros,
+        bias,
+        size_k,
+        size_n,
+        group_size,
+    )
+    if counters.ENABLED:
+        counters.tick(out, _SLOT)
+    return out.reshape(*x.shape[:-1], size_n)
+
+
+class MyopsW4A16OnlineLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-type]
+    """An fp16/bf16 weight, loaded as vLLM's unquantized method loads it,
+    quantized (RTN) on the layer's device after loading."""
+
+    def __init__(self, quant_config: MyopsW4A16Config) -> None:
+        self.quant_config = quant_config
+
+    def create_weights(
+        self,
+        layer: torch.nn.Module,
+        input_size_per_partition: int,
+        output_partition_sizes: list[int],
+        input_size: int,
+        output_size: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ) -> None:
+        _check_act_dtype(params_dtype)
+        layer.w4a16_act_dtype = params_dtype
+        param = vllm_compat.parameter_classes()
+        weight = param.ModelWeightParameter(
+            data=torch.empty(
+                sum(output_partition_sizes),
+                input_size_per_partition,
+                dtype=params_dtype,
+            ),
+            input_dim=1,
+            output_dim=0,
+            weight_loader=extra_weight_attrs.pop("weight_loader"),
+        )
+        layer.register_parameter("weight", weight)
+        from vllm.model_executor.utils import set_weight_attrs
+
+        set_weight_attrs(weight, extra_weight_attrs)
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        cfg = self.quant_config
+        w = layer.weight.data  # [N, K] on the layer's device
+        size_n, size_k = w.shape
+        codes, scales, zeros = reference.quantize_rtn(
+            w.t(), group_size=cfg.group_size, symmetric=cfg.sym
+        )
+        del layer.weight  # the bf16 weight is not kept
+        install_weights(
+            layer,
+            reference.pack_int4(codes, 0),
+            scales,
+            zeros,
+            None,
+            size_k,
+            size_n,
+            cfg.group_size,
+            layer.w4a16_act_dtype,
+        )
+        cfg.layer_processed()
+
+    def apply(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return w4a16_apply(layer, x, bias)
+
+
+class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-type]
+    """A GPTQ checkpoint's tensors, created as vLLM's GPTQ method creates them
+    (so vLLM's weight loaders shard them for tensor parallelism): qweight
+    [K/8, N] packed along K, qzeros [G, N/8] packed along N, scales [G, N],
+    g_idx [K]."""
+
+    def __init__(self, quant_config: MyopsW4A16Config) -> None:
+        self.quant_config = quant_config
+
+    def create_weights(
+        self,
+        layer: torch.nn.Module,
+        input_size_per_partition: int,
+        output_partition_sizes: list[int],
+        input_size: int,
+        output_size: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ) -> None:
+        _check_act_dtype(params_dtype)
+        cfg = self.quant_config
+        prefix = getattr(layer, "prefix", "") or type(layer).__name__
+        size_k = input_size_per_partition
+        size_n = sum(output_partition_sizes)
+        row_parallel = input_size != input_size_per_partition
+        if size_k % reference.PACK or size_n % reference.PACK:
+            raise ValueError(
+                f"{prefix}: a GPTQ layer needs input and output sizes that are "
+                f"multiples of 8 (per shard), got K={size_k}, N={size_n}"
+            )
+        g = cfg.group_size
+        if row_parallel and cfg.desc_act:
+            raise ValueError(
+                f"{prefix}: an act-order (desc_act) GPTQ checkpoint cannot be split "
+                "along its input dim (row-parallel tensor parallelism): a shard's "
+                "rows belong to arbitrary groups; use tensor_parallel_size 1"
+            )
+        if row_parallel and g != -1 and size_k % g:
+            raise ValueError(
+                f"{prefix}: row-parallel shards must hold whole groups: the input "
+                f"size per shard {size_k} is not a multiple of group_size {g}"
+            )
+        replicate = g == -1  # one group over all of K: scales on every rank
+        groups = 1 if replicate else reference.num_groups(size_k, g)
+        loader = extra_weight_attrs.get("weight_loader")
+        param = vllm_compat.parameter_classes()
+        qweight = param.PackedvLLMParameter(
+            data=torch.empty(size_k // reference.PACK, size_n, dtype=torch.int32),
+            input_dim=0,
+            output_dim=1,
+            packed_dim=0,
+            packed_factor=reference.PACK,
+            weight_loader=loader,
+        )
+        # -1 = not in the checkpoint (then the groups are k // group_size).
+        g_idx = param.RowvLLMParameter(
+            data=torch.full((size_k,), -1, dtype=torch.int32),
+            input_dim=0,
+            weight_loader=loader,
+        )
+        zeros_data = torch.empty(groups, size_n // reference.PACK, dtype=torch.int32)
+        scales_data = torch.empty(groups, size_n, dtype=params_dtype)
+        if replicate:
+            scales = param.ChannelQuantScaleParameter(
+                data=scales_data, output_dim=1, weight_loader=loader
+            )
+            qzeros = param.PackedColumnParameter(
+                data=zeros_data,
+                output_dim=1,
+                packed_dim=1,
+                packed_factor=reference.PACK,
+                weight_loader=loader,
+            )
+        else:
+            scales = param.GroupQuantScaleParameter(
+                data=scales_data, output_dim=1, input_dim=0, weight_loader=loader
+            )
+            qzeros = param.PackedvLLMParameter(
+                data=zeros_data,
+                input_dim=0,
+                output_dim=1,
+                packed_dim=1,
+                packed_factor=reference.PACK,
+                weight_loader=loader,
+            )
+        layer.register_parameter("qweight", qweight)
+        layer.register_parameter("g_idx", g_idx)
+        layer.register_parameter("qzeros", qzeros)
+        layer.register_parameter("scales", scales)
+        layer.w4a16_act_dtype = params_dtype
+        layer.w4a16_row_parallel = row_parallel
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        cfg = self.quant_config
+        qweight = layer.qweight.data
+        size_k = qweight.shape[0] * reference.PACK
+        size_n = qweight.shape[1]
+        g_idx = layer.g_idx.data
+        if bool((g_idx < 0).all()):
+            g_idx = None
+        elif cfg.group_size == -1:
+            g_idx = torch.zeros_like(g_idx)
+        elif layer.w4a16_row_parallel:
+            # A row-parallel shard's groups are numbered from the first
+            # global group it holds (whole groups, checked at creation).
+            g_idx = g_idx - layer.tp_rank * (size_k // cfg.group_size)
+        perm = reference.act_order_perm(g_idx, size_k, cfg.group_size)
+        if perm is not None:
+            perm = perm.to(qweight.device)
+            codes = reference.unpack_int4(qweight, 0, size_k)
+            qweight = reference.pack_int4(codes[perm.long()], 0)
+        zeros = gptq_zeros(layer.qzeros.data, size_n, cfg.sym, cfg.checkpoint_format)
+        scales = layer.scales.data
+        for name in ("qweight", "qzeros", "g_idx"):
+            delattr(layer, name)
+        install_weights(
+            layer,
+            qweight,
+            scales,
+            zeros,
+            perm,
+            size_k,
+            size_n,
+            cfg.group_size,
+            layer.w4a16_act_dtype,
+        )
+        cfg.layer_processed()
+
+    def apply(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return w4a16_apply(layer, x, bias)
+
+
+def _check_act_dtype(dtype: torch.dtype) -> None:
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(
+            f"dtype: myops_w4a16 runs fp16 or bf16 activations, got {dtype} "
+            "(pass --dtype bfloat16 or float16)"
+        )

@@ -179,13 +179,28 @@ def select_impls(
     return [n for n in known if n in names]  # canonical order, floor first
 
 
-def plot(records: Sequence[dict[str, Any]], path: str, title: str) -> None:
+def plot(
+    records: Sequence[dict[str, Any]],
+    path: str,
+    title: str,
+    bench: Benchmark | None = None,
+) -> None:
     try:
         from benchmarks.common import plot as bplot  # noqa: PLC0415
 
         graph = [r for r in records if r.get("method") != "do_bench_l2_flush"]
+        fields: dict[str, Any] = {}
+        if bench is not None:
+            fields = {
+                "panel_fields": bench.plot_panel_fields,
+                "shape_fields": bench.plot_shape_fields,
+            }
         out = bplot.plot_records(
-            graph, path, metrics=("pct_floor", "pct_ceiling", "median_us"), title=title
+            graph,
+            path,
+            metrics=("pct_floor", "pct_ceiling", "median_us"),
+            title=title,
+            **fields,
         )
         log(f"plot: {out}")
     except Exception as e:  # noqa: BLE001
@@ -212,7 +227,12 @@ def summarize_files(bench: Benchmark, args: argparse.Namespace) -> int:
     dry = any(r.get("method") == "dry_run" for r in records)
     tables.print_compact_table(bench, records, impls)
     if args.plot:
-        plot(records, args.plot, f"{bench.title}: {docs[-1]['metadata'].get('device')}")
+        plot(
+            records,
+            args.plot,
+            f"{bench.title}: {docs[-1]['metadata'].get('device')}",
+            bench,
+        )
     tables.print_verdicts(bench.verdicts(records, device_type, dry), dry)
     return 0
 
@@ -237,7 +257,9 @@ def measure_ceilings(
         f"{ceiling.nbytes / 2**20:.0f} MiB buffer, bytes read + written){sheet}{extra}"
     )
     if any(bench.flops(c) is not None for c in bench.cases(args)):
-        compute = ceilings.compute = roofline.measure_compute_ceiling(device)
+        compute = ceilings.compute = roofline.measure_compute_ceiling(
+            device, dtype=bench.compute_ceiling_dtype
+        )
         log(
             f"Compute ceiling: {compute.flops_per_s / 1e12:.1f} TFLOP/s ({compute.method}, "
             f"{compute.dtype} {'x'.join(map(str, compute.shape))})"
@@ -342,6 +364,7 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None, doc: str = "") -> 
             records,
             args.plot,
             f"{bench.title} {','.join(args.dtypes)} on {meta.get('device')}",
+            bench,
         )
 
     rc = 0

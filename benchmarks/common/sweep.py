@@ -89,6 +89,15 @@ class Impl:
     def make(self, case: Case) -> CallFn:
         raise NotImplementedError
 
+    def prepare(self, case: Case, sets: Sequence[Any]) -> None:
+        """Called with the timing sets after the check, before timing: an
+        implementation whose operands need a per-set conversion (e.g. a
+        weight repacked into its own layout) does it here, outside the timed
+        region (and outside CUDA-graph capture)."""
+
+    def release(self, sets: Sequence[Any]) -> None:
+        """Called after timing: drop what prepare() attached to the sets."""
+
 
 @dataclass(frozen=True)
 class Column:
@@ -119,6 +128,11 @@ class Benchmark:
     cpu_default_impls: tuple[str, ...] = ()
     detail_columns: tuple[Column, ...] = ()
     summary_columns: tuple[Column, ...] = ()
+    # The plot: one panel per value of these fields, shapes along x.
+    plot_panel_fields: tuple[str, ...] = ("op", "dtype")
+    plot_shape_fields: tuple[str, ...] = ("rows", "hidden")
+    # dtype of the measured compute ceiling (None: roofline's device default).
+    compute_ceiling_dtype: torch.dtype | None = None
 
     def add_arguments(self, ap: argparse.ArgumentParser) -> None:
         """The family's own flags (sizes, library paths)."""
@@ -373,6 +387,16 @@ def run_sweep(
                     recover(device)
                     continue
             try:
+                impl.prepare(case, sets)
+            except Exception as e:  # noqa: BLE001
+                rec.update(status="failed", reason=f"prepare: {short_error(e)}")
+                if args.verbose:
+                    traceback.print_exc()
+                impl.release(sets)
+                case_recs.append(rec)
+                recover(device)
+                continue
+            try:
                 t = timer(fn, sets, working_set_bytes=working, cache_bytes=cache_bytes)
                 rec.update(
                     method=t.method + ("_hot" if args.cache == "hot" else ""),
@@ -391,6 +415,8 @@ def run_sweep(
                 if args.verbose:
                     traceback.print_exc()
                 recover(device)
+            finally:
+                impl.release(sets)
             if impl.name == "floor" and rec.get("median_us") is not None:
                 floor_us = rec["median_us"]
             case_recs.append(rec)

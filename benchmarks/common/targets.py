@@ -13,6 +13,10 @@ is always "ours correct and timed in every case".
                       least that of the reference value's same case, minus a band
 - SpeedupAtLeast      at one case: ours >= factor x another implementation
 - TimeAtMostAt        at one case: ours' median <= a limit
+- MetricAtLeast       ours' record field (e.g. pct_ceiling) >= a value where a
+                      case condition holds
+- SpeedupWhere        ours >= factor x each named implementation (e.g. cuBLAS
+                      bf16, Marlin) at every case where a condition holds
 """
 
 from __future__ import annotations
@@ -296,6 +300,59 @@ class TimeAtMostAt:
             else "FAIL",
             "detail": f"ours {o['median_us']:.2f} us{vs}",
         }
+
+
+@dataclass(frozen=True)
+class MetricAtLeast:
+    target: str
+    metric: str  # a record field, e.g. "pct_ceiling"
+    value: float
+    where: Callable[[Case], bool]
+
+    def evaluate(self, ctx: Context) -> Verdict:
+        def failure(case: Case, o: dict[str, Any]) -> str | None:
+            if o[self.metric] >= self.value and o["status"] == "ok":
+                return None
+            return f"{self.metric} {o[self.metric]:.1f} ({o['median_us']:.2f} us, {o['status']})"
+
+        return {
+            "target": self.target,
+            **_each_case(ctx, self.where, self.metric, failure),
+        }
+
+
+@dataclass(frozen=True)
+class SpeedupWhere:
+    target: str
+    others: Sequence[str]  # implementations ours is compared with
+    factor: float  # ours' speedup (other time / ours time) must be >= this
+    where: Callable[[Case], bool]
+
+    def evaluate(self, ctx: Context) -> Verdict:
+        fails, n, unmeasured = [], 0, set()
+        for case, by in ctx.items():
+            o = by.get("ours")
+            if not self.where(case) or not o or o.get("median_us") is None:
+                continue
+            for name in self.others:
+                v = by.get(name)
+                if not v or v["status"] != "ok" or not v.get("median_us"):
+                    unmeasured.add(name)
+                    continue
+                n += 1
+                sp = v["median_us"] / o["median_us"]
+                if sp < self.factor or o["status"] != "ok":
+                    fails.append(
+                        f"{ctx.label(case)}: ours {o['median_us']:.2f} vs {name} "
+                        f"{v['median_us']:.2f} ({sp:.2f}x)"
+                    )
+        status = _status(fails, n)
+        if status != "FAIL" and unmeasured:
+            status = "INCOMPLETE"
+        detail = _counted(n, fails, 10)
+        if unmeasured:
+            detail += f"; not measured ok somewhere: {', '.join(sorted(unmeasured))}"
+        return {"target": self.target, "status": status, "detail": detail}
 
 
 def evaluate(

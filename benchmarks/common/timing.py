@@ -174,7 +174,9 @@ class TensorSpec:
     """One tensor of a buffer set.
 
     init: "randn" (x * scale + offset with x ~ N(0, 1)), "uniform"
-    (U[-1, 1) * scale + offset), "empty", "nan" (poisoned), "zeros".
+    (U[-1, 1) * scale + offset), "empty", "nan" (poisoned), "zeros",
+    "randbits" (integer dtypes: uniformly random bit patterns over the whole
+    width, e.g. packed int4 codes, every code equally likely).
     """
 
     shape: tuple[int, ...]
@@ -229,6 +231,9 @@ def alloc_sets(
             flat.fill_(float("nan"))
         elif spec.init == "zeros":
             flat.zero_()
+        elif spec.init == "randbits":
+            info = torch.iinfo(spec.dtype)
+            flat.random_(info.min, info.max + 1, generator=generator)
         elif spec.init != "empty":
             raise ValueError(f"unknown init {spec.init!r}")
         if spec.init in ("randn", "uniform") and (

@@ -24,6 +24,19 @@ void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual,
                             const std::optional<at::Tensor>& weight,
                             double epsilon);
 
+// ---- W4A16 GEMM (CPU: csrc/quantization/w4a16/cpu/w4a16_kernels.cpp) ----
+// GPTQ qweight int32 [ceil(K/8), N] -> int32 [ceil(N/64), ceil(K/64), 512]
+// in the CPU tile arrangement.
+at::Tensor w4a16_repack_cpu(const at::Tensor& qweight, int64_t size_k,
+                            int64_t size_n);
+
+// (a @ dequant(b_packed)) + bias, fp32 accumulation, new [M, N] in a's dtype.
+at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
+                          const at::Tensor& scales,
+                          const std::optional<at::Tensor>& zeros,
+                          const std::optional<at::Tensor>& bias, int64_t size_k,
+                          int64_t size_n, int64_t group_size);
+
 #ifdef VLLM_MYOPS_WITH_CUDA
 // ---- RMSNorm (CUDA: csrc/layernorm/rms_norm_kernels.cu) ----
 void rms_norm_cuda(at::Tensor& result, const at::Tensor& input,
@@ -32,4 +45,15 @@ void rms_norm_cuda(at::Tensor& result, const at::Tensor& input,
 void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual,
                              const std::optional<at::Tensor>& weight,
                              double epsilon);
+
+// ---- W4A16 GEMM (CUDA: csrc/quantization/w4a16/w4a16_gemm.cu,
+// w4a16_repack.cu) ----
+at::Tensor w4a16_repack_cuda(const at::Tensor& qweight, int64_t size_k,
+                             int64_t size_n);
+
+at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
+                           const at::Tensor& scales,
+                           const std::optional<at::Tensor>& zeros,
+                           const std::optional<at::Tensor>& bias,
+                           int64_t size_k, int64_t size_n, int64_t group_size);
 #endif

@@ -26,9 +26,25 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
       "float epsilon) -> ()");
   ops.impl("fused_add_rms_norm", c10::kCPU, &fused_add_rms_norm_cpu);
 
+  // ---- W4A16 GEMM (int4 weights, fp16/bf16 activations) ----
+  // GPTQ qweight int32 [ceil(size_k/8), size_n] -> the device's tile layout,
+  // int32 [ceil(size_n/64), ceil(size_k/64), 512]. Once, at load.
+  ops.def("w4a16_repack(Tensor qweight, int size_k, int size_n) -> Tensor");
+  ops.impl("w4a16_repack", c10::kCPU, &w4a16_repack_cpu);
+
+  // out[M, size_n] = a[M, size_k] @ ((q - zeros) * scales) + bias, fp32
+  // accumulation; zeros=None is symmetric (zero code 8); group_size -1, 32,
+  // 64 or 128 (the last group may be partial).
+  ops.def(
+      "w4a16_gemm(Tensor a, Tensor b_packed, Tensor scales, Tensor? zeros, "
+      "Tensor? bias, int size_k, int size_n, int group_size) -> Tensor");
+  ops.impl("w4a16_gemm", c10::kCPU, &w4a16_gemm_cpu);
+
 #ifdef VLLM_MYOPS_WITH_CUDA
   ops.impl("rms_norm", c10::kCUDA, &rms_norm_cuda);
   ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm_cuda);
+  ops.impl("w4a16_repack", c10::kCUDA, &w4a16_repack_cuda);
+  ops.impl("w4a16_gemm", c10::kCUDA, &w4a16_gemm_cuda);
 #endif
 }
 

@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Thin Python wrappers over the compiled ops, one per op, out-style like
-vLLM's `vllm/_custom_ops.py`.
+"""Thin Python wrappers over the compiled ops, one per op, like vLLM's
+`vllm/_custom_ops.py`.
 
-Both ops mutate arguments and return nothing, so their schemas
-(`Tensor!` ... `-> ()`) are all torch.compile needs to trace them: outputs
-are the caller's tensors, whose metadata is already known, and no fake
-(meta) implementation has to be registered. An op that returns a new tensor
-must add a `torch.library.register_fake` here, next to its wrapper.
+The RMSNorm ops are out-style: they mutate arguments and return nothing, so
+their schemas (`Tensor!` ... `-> ()`) are all torch.compile needs to trace
+them and no fake (meta) implementation is registered. The W4A16 ops
+(`w4a16_repack`, `w4a16_gemm`) return new tensors: each has a
+`torch.library.register_fake` next to its wrapper, which torch.compile (and
+vLLM tracing a linear method's `apply`) uses for the output's metadata.
 """
 
 from __future__ import annotations
@@ -42,6 +43,62 @@ def fused_add_rms_norm(
     """In place: residual = input + residual (rounded to the dtype), then
     input = rms_norm(residual) * weight."""
     _ops.fused_add_rms_norm(input, residual, weight, epsilon)
+
+
+# ---------------------------------------------------------------------------
+# W4A16 GEMM (int4 weights, fp16/bf16 activations). Formats:
+# vllm_myops/quantization/reference.py.
+# ---------------------------------------------------------------------------
+W4A16_TILE = 64
+W4A16_TILE_WORDS = 512
+
+
+def w4a16_packed_shape(size_k: int, size_n: int) -> tuple[int, int, int]:
+    """Shape of w4a16_repack's output: one 64x64 tile of codes per (n-tile,
+    k-tile), 512 int32 words each (the word order is the device's)."""
+    return (-(-size_n // W4A16_TILE), -(-size_k // W4A16_TILE), W4A16_TILE_WORDS)
+
+
+def w4a16_repack(qweight: torch.Tensor, size_k: int, size_n: int) -> torch.Tensor:
+    """GPTQ `qweight` int32 [ceil(K/8), N] (rows already in the order the GEMM
+    uses: act-order permutation applied) -> the device's tile layout, int32
+    [ceil(N/64), ceil(K/64), 512]. Once, at load."""
+    return _ops.w4a16_repack(qweight, size_k, size_n)
+
+
+def w4a16_gemm(
+    a: torch.Tensor,
+    b_packed: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    size_k: int,
+    size_n: int,
+    group_size: int,
+) -> torch.Tensor:
+    """New [M, N] in a's dtype: a [M, K] @ ((q - zeros) * scales) + bias, fp32
+    accumulation. zeros=None is symmetric (zero code 8); group_size -1
+    (per channel), 32, 64 or 128, the last group may be partial."""
+    return _ops.w4a16_gemm(a, b_packed, scales, zeros, bias, size_k, size_n, group_size)
+
+
+@torch.library.register_fake("_myops_C::w4a16_repack")
+def _w4a16_repack_fake(qweight: torch.Tensor, size_k: int, size_n: int) -> torch.Tensor:
+    return qweight.new_empty(w4a16_packed_shape(size_k, size_n))
+
+
+@torch.library.register_fake("_myops_C::w4a16_gemm")
+def _w4a16_gemm_fake(
+    a: torch.Tensor,
+    b_packed: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    size_k: int,
+    size_n: int,
+    group_size: int,
+) -> torch.Tensor:
+    return a.new_empty((a.shape[0], size_n))
 
 
 def cpu_kernel_isa() -> str:

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU W4A16 GEMM tiles, compiled once per ISA (cpu/isa.h).
+//
+// CPU tile arrangement (what w4a16_repack_cpu writes): the 512 int32 words
+// of tile (nt, kt) are the GPTQ words of that 64x64 block, row-major:
+//   word[r * 64 + c] = qweight[kt * 8 + r, nt * 64 + c]   (r < 8, c < 64)
+// i.e. word r, column c holds the codes of rows k = kt*64 + 8r + j (nibble
+// j, low first) of column nt*64 + c. Padding (rows >= K, columns >= N) is
+// code 0. The k-tiles of one n-tile are contiguous, so an n-tile is one
+// dense [ceil(K/64) * 8, 64] word matrix: a vector load of 16 (AVX-512) or
+// 8 (AVX2) consecutive words gives 8 K-rows of 16/8 adjacent columns, and
+// nibble j of every lane is the same K-row: the dequantized row vector is
+// one shift plus one lookup (AVX-512 vpermps on the low 4 bits of each lane:
+// no mask, no int->float conversion) or shift, mask, convert (AVX2).
+//
+// Math: W[k, n] = (q - z) * s in fp32. With q' = q - c (c = 8 with the
+// lookup, 0 with the conversion), per group and column
+//   sum_k a[k] * (q - z) = sum_k a[k] * q' - (z - c) * sum_k a[k],
+// so the inner loop is one FMA per weight and row; the zero and the scale
+// are applied once per group (sum_k a[k] per group comes from the host).
+// Symmetric weights with c = 8 need no correction at all. Accumulation is
+// fp32 throughout; the output is rounded once to the dtype.
+//
+// Blocking: each n-tile is done for blocks of up to 4 rows of a at a time,
+// 4 x 64 (AVX-512) or 4 x 16 (AVX2, 16 ymm registers) fp32 accumulators,
+// so each dequantized weight vector feeds 4 rows. At M = 1 the time is the
+// weight stream from memory (32 bytes per 64 weights of a K-row).
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/isa.h"
+#include "quantization/w4a16/cpu/w4a16_kernels_isa.h"
+
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  #include <immintrin.h>
+#endif
+
+namespace vllm_myops::cpu {
+namespace {
+
+constexpr int kTileN = 64;
+
+// ---------------------------------------------------------------------------
+// Lane types: L columns per vector. I holds L words (8 codes each), F L
+// floats. code(w) dequantizes nibble 0 of each lane to float(q - kOffset);
+// shift4(w) moves the next nibble down.
+// ---------------------------------------------------------------------------
+#if defined(CPU_CAPABILITY_AVX512)
+struct Lanes {
+  static constexpr int L = 16;
+  static constexpr int kOffset = 8;
+  static constexpr int kCols = 64;  // columns per pass (NV = 4 vectors)
+  using I = __m512i;
+  using F = __m512;
+  __m512 lut = _mm512_setr_ps(-8.f, -7.f, -6.f, -5.f, -4.f, -3.f, -2.f, -1.f,
+                              0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f);
+  static I load_words(const int32_t* p) { return _mm512_loadu_si512(p); }
+  // vpermps reads only the low 4 bits of each index lane.
+  F code(I w) const { return _mm512_permutexvar_ps(w, lut); }
+  static I shift4(I w) { return _mm512_srli_epi32(w, 4); }
+  static F zero() { return _mm512_setzero_ps(); }
+  static F set1(float x) { return _mm512_set1_ps(x); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static F load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+};
+#elif defined(CPU_CAPABILITY_AVX2)
+struct Lanes {
+  static constexpr int L = 8;
+  static constexpr int kOffset = 0;
+  static constexpr int kCols = 16;  // 4 x 2 accumulators fit 16 registers
+  using I = __m256i;
+  using F = __m256;
+  __m256i mask = _mm256_set1_epi32(0xF);
+  static I load_words(const int32_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  F code(I w) const { return _mm256_cvtepi32_ps(_mm256_and_si256(w, mask)); }
+  static I shift4(I w) { return _mm256_srli_epi32(w, 4); }
+  static F zero() { return _mm256_setzero_ps(); }
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+};
+#else
+// Portable: 8-lane arrays the compiler vectorizes with the baseline ISA.
+struct Lanes {
+  static constexpr int L = 8;
+  static constexpr int kOffset = 8;
+  static constexpr int kCols = 32;
+  struct I {
+    uint32_t v[L];
+  };
+  struct F {
+    float v[L];
+  };
+  static I load_words(const int32_t* p) {
+    I r;
+    std::memcpy(r.v, p, sizeof(r.v));
+    return r;
+  }
+  F code(I w) const {
+    F r;
+    for (int i = 0; i < L; ++i) r.v[i] = float(int(w.v[i] & 0xF) - kOffset);
+    return r;
+  }
+  static I shift4(I w) {
+    for (int i = 0; i < L; ++i) w.v[i] >>= 4;
+    return w;
+  }
+  static F zero() { return set1(0.f); }
+  static F set1(float x) {
+    F r;
+    for (int i = 0; i < L; ++i) r.v[i] = x;
+    return r;
+  }
+  static F fmadd(F a, F b, F c) {
+    for (int i = 0; i < L; ++i) c.v[i] += a.v[i] * b.v[i];
+    return c;
+  }
+  static F fnmadd(F a, F b, F c) {
+    for (int i = 0; i < L; ++i) c.v[i] -= a.v[i] * b.v[i];
+    return c;
+  }
+  static F load(const float* p) {
+    F r;
+    std::memcpy(r.v, p, sizeof(r.v));
+    return r;
+  }
+  static void store(float* p, F v) { std::memcpy(p, v.v, sizeof(v.v)); }
+};
+#endif
+
+using F = Lanes::F;
+using I = Lanes::I;
+constexpr int L = Lanes::L;
+constexpr int NV = Lanes::kCols / L;
+
+// Rows [m0, m0 + MB) x columns [c0, c0 + kCols) of one n-tile (words `bt`),
+// over every group: tot[m * 64 + c] += s * (sum a q' - (z - c) sum a).
+template <int MB>
+void block(const Lanes& lanes, const W4A16CpuParams& p, const int32_t* bt,
+           const float* sb, const float* zb, bool correct, int64_t m0, int c0,
+           float* tot) {
+  const float* arow[MB];
+  const float* srow[MB];
+  for (int m = 0; m < MB; ++m) {
+    arow[m] = p.a + (m0 + m) * p.lda;
+    srow[m] = p.a_sums + (m0 + m) * p.groups;
+  }
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const int64_t k_begin = g * p.group_rows;
+    const int64_t k_end = std::min(p.k, k_begin + p.group_rows);
+    const int64_t w_begin = k_begin / 8;  // groups start on a word (32 | size)
+    const int64_t w_end = (k_end + 7) / 8;  // a is zero past k
+    F acc[MB][NV];
+    for (int m = 0; m < MB; ++m)
+      for (int v = 0; v < NV; ++v) acc[m][v] = Lanes::zero();
+    for (int64_t r = w_begin; r < w_end; ++r) {
+      const int32_t* wp = bt + r * kTileN + c0;
+      I w[NV];
+      for (int v = 0; v < NV; ++v) w[v] = Lanes::load_words(wp + v * L);
+      const int64_t k0 = r * 8;
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        F q[NV];
+        for (int v = 0; v < NV; ++v) {
+          q[v] = lanes.code(w[v]);
+          w[v] = Lanes::shift4(w[v]);
+        }
+        for (int m = 0; m < MB; ++m) {
+          const F av = Lanes::set1(arow[m][k0 + j]);
+          for (int v = 0; v < NV; ++v)
+            acc[m][v] = Lanes::fmadd(q[v], av, acc[m][v]);
+        }
+      }
+    }
+    const float* sg = sb + g * kTileN + c0;
+    const float* zg = zb + g * kTileN + c0;
+    for (int m = 0; m < MB; ++m) {
+      const F sa = Lanes::set1(srow[m][g]);
+      for (int v = 0; v < NV; ++v) {
+        F x = acc[m][v];
+        if (correct) x = Lanes::fnmadd(Lanes::load(zg + v * L), sa, x);
+        float* t = tot + m * kTileN + c0 + v * L;
+        Lanes::store(t,
+                     Lanes::fmadd(Lanes::load(sg + v * L), x, Lanes::load(t)));
+      }
+    }
+  }
+}
+
+template <typename T>
+void store_rows(const W4A16CpuParams& p, const float* tot, int64_t m0, int mb,
+                int64_t col0, int cols) {
+  T* out = static_cast<T*>(p.out);
+  for (int m = 0; m < mb; ++m) {
+    T* o = out + (m0 + m) * p.n + col0;
+    const float* t = tot + m * kTileN;
+    if (p.bias) {
+      for (int c = 0; c < cols; ++c) o[c] = T(t[c] + p.bias[col0 + c]);
+    } else {
+      for (int c = 0; c < cols; ++c) o[c] = T(t[c]);
+    }
+  }
+}
+
+// Scales and zero corrections of n-tile columns [col0, col0 + cols) as fp32
+// [groups, 64]; missing columns get 0 (no contribution).
+template <typename T>
+void load_group_params(const W4A16CpuParams& p, int64_t col0, int cols,
+                       float* sb, float* zb) {
+  const T* s = static_cast<const T*>(p.scales);
+  const T* z = static_cast<const T*>(p.zeros);
+  const float zsym = float(8 - Lanes::kOffset);
+  for (int64_t g = 0; g < p.groups; ++g) {
+    float* sr = sb + g * kTileN;
+    float* zr = zb + g * kTileN;
+    const T* sg = s + g * p.n + col0;
+    for (int c = 0; c < cols; ++c) sr[c] = float(sg[c]);
+    if (z) {
+      const T* zg = z + g * p.n + col0;
+      for (int c = 0; c < cols; ++c) zr[c] = float(zg[c]) - Lanes::kOffset;
+    } else {
+      for (int c = 0; c < cols; ++c) zr[c] = zsym;
+    }
+    for (int c = cols; c < kTileN; ++c) sr[c] = zr[c] = 0.f;
+  }
+}
+
+template <typename T>
+void tiles(const W4A16CpuParams& p, int64_t nt_begin, int64_t nt_end) {
+  const Lanes lanes;
+  std::vector<float> sbuf(p.groups * kTileN), zbuf(p.groups * kTileN);
+  alignas(64) float tot[4 * kTileN];
+  const bool correct = p.zeros != nullptr || Lanes::kOffset != 8;
+  for (int64_t nt = nt_begin; nt < nt_end; ++nt) {
+    const int64_t col0 = nt * kTileN;
+    const int cols = int(std::min<int64_t>(kTileN, p.n - col0));
+    load_group_params<T>(p, col0, cols, sbuf.data(), zbuf.data());
+    const int32_t* bt = p.b + nt * p.k_tiles * 512;
+    for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
+      const int mb = int(std::min<int64_t>(4, p.m - m0));
+      std::fill(tot, tot + 4 * kTileN, 0.f);
+      for (int c0 = 0; c0 < kTileN; c0 += Lanes::kCols) {
+        if (c0 >= cols) break;  // all-padding columns
+        switch (mb) {
+          case 4:
+            block<4>(lanes, p, bt, sbuf.data(), zbuf.data(), correct, m0, c0,
+                     tot);
+            break;
+          case 3:
+            block<3>(lanes, p, bt, sbuf.data(), zbuf.data(), correct, m0, c0,
+                     tot);
+            break;
+          case 2:
+            block<2>(lanes, p, bt, sbuf.data(), zbuf.data(), correct, m0, c0,
+                     tot);
+            break;
+          default:
+            block<1>(lanes, p, bt, sbuf.data(), zbuf.data(), correct, m0, c0,
+                     tot);
+            break;
+        }
+      }
+      store_rows<T>(p, tot, m0, mb, col0, cols);
+    }
+  }
+}
+
+}  // namespace
+
+void MYOPS_CPU_ISA_FN(w4a16_gemm_tiles)(const W4A16CpuParams& p,
+                                        int64_t nt_begin, int64_t nt_end) {
+  if (p.dtype == DType::kBFloat16) {
+    tiles<c10::BFloat16>(p, nt_begin, nt_end);
+  } else {
+    tiles<c10::Half>(p, nt_begin, nt_end);
+  }
+}
+
+}  // namespace vllm_myops::cpu

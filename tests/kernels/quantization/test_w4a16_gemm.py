@@ -1,0 +1,398 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The W4A16 ops `w4a16_repack` and `w4a16_gemm` on every device: values
+against the fp64 reference (vllm_myops/quantization/reference.py) with a
+K-dependent bound (tests/kernels/quantization/inputs.py says why), shapes
+that are not multiples of the 64x64 tile or of the group (partial last
+group), group sizes 32/64/128/-1, symmetric and asymmetric, act-order,
+fp16/bf16, bias, M = 0, strided activations; then the contract of
+tests/kernels/contract.py: bad input rejected naming the argument, device
+mix, opcheck, torch.compile(fullgraph=True), CUDA-graph capture and the CPU
+kernels of every lower ISA.
+
+Scope (tests/conftest.py): the quick scope is a representative subset for CI
+on 2 cores; VLLM_MYOPS_TEST_SCOPE=full (or --scope full) runs the matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import vllm_myops._custom_ops as ops
+from tests.kernels import contract
+from tests.kernels.quantization.inputs import assert_gemm_close, make_a, make_weight
+from tests.kernels.utils import (
+    cuda_devices,
+    current_scope,
+    devices,
+    other_device_pairs,
+    params_or_skip,
+    scoped,
+    seed_everything,
+)
+from vllm_myops.quantization import reference
+
+DEVICES = devices()
+_C = torch.ops._myops_C
+GROUP_SIZES = [32, 64, 128, -1]
+DTYPES = [torch.float16, torch.bfloat16]
+
+# (K, N): odd small ones, SmolLM2's 576 (4.5 groups of 128) and 1536, and
+# 4104 (not a multiple of 64 or 128) on both axes.
+SHAPES = scoped(
+    quick=[(40, 24), (576, 1536), (4104, 200)],
+    full=[
+        (40, 24),
+        (72, 136),
+        (576, 1536),
+        (1536, 576),
+        (4104, 200),
+        (200, 4104),
+        (4104, 4104),
+    ],
+)
+NUM_ROWS = scoped(quick=[1, 7], full=[1, 7, 16, 64, 255])
+
+
+# ---------------------------------------------------------------------------
+# 1. Values
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group_size", GROUP_SIZES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("m", NUM_ROWS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_w4a16_gemm_values(
+    device: str, m: int, shape: tuple[int, int], group_size: int, symmetric: bool
+) -> None:
+    seed_everything(0)
+    k, n = shape
+    dtype = torch.bfloat16 if (m + group_size) % 2 else torch.float16
+    qw = make_weight(k, n, group_size, symmetric=symmetric, dtype=dtype, device=device)
+    a = make_a(m, k, dtype, device)
+    out = qw.gemm(a)
+    assert out.shape == (m, n) and out.dtype == dtype and out.is_contiguous()
+    assert_gemm_close(out, qw, a, None)
+
+
+@pytest.mark.parametrize(
+    "m,shape",
+    scoped(
+        quick=[(1000, (576, 200)), (64, (1536, 576))],
+        full=[(1000, (576, 1536)), (64, (4104, 576)), (255, (1536, 4104))],
+    ),
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_w4a16_gemm_many_rows(
+    device: str, m: int, shape: tuple[int, int], dtype: torch.dtype
+) -> None:
+    """Row blocks and their remainder (M not a multiple of the row block)."""
+    seed_everything(1)
+    k, n = shape
+    qw = make_weight(k, n, 128, symmetric=False, dtype=dtype, device=device)
+    a = make_a(m, k, dtype, device)
+    assert_gemm_close(qw.gemm(a), qw, a, None)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group_size", scoped(quick=[32, 128], full=GROUP_SIZES))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_act_order(
+    device: str, dtype: torch.dtype, group_size: int, symmetric: bool
+) -> None:
+    """Act-order: qweight rows and a's columns permuted by act_order_perm
+    give the product of the original, unpermuted weight."""
+    seed_everything(2)
+    k, n = 576, 136
+    qw = make_weight(
+        k,
+        n,
+        group_size,
+        symmetric=symmetric,
+        dtype=dtype,
+        device=device,
+        act_order=group_size != -1,
+    )
+    a = make_a(5, k, dtype, device)
+    assert_gemm_close(qw.gemm(a), qw, a, None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_bias(device: str, dtype: torch.dtype) -> None:
+    seed_everything(3)
+    k, n = 576, 200
+    qw = make_weight(k, n, 128, symmetric=False, dtype=dtype, device=device)
+    a = make_a(7, k, dtype, device)
+    bias = torch.randn(n).to(dtype).to(device)
+    out = qw.gemm(a, bias)
+    assert_gemm_close(out, qw, a, bias)
+    # The bias is really added (not a tolerance artefact).
+    assert not torch.allclose(out, qw.gemm(a), atol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_rows(device: str) -> None:
+    qw = make_weight(
+        576, 200, 128, symmetric=False, dtype=torch.bfloat16, device=device
+    )
+    out = qw.gemm(make_a(0, 576, torch.bfloat16, device))
+    assert out.shape == (0, 200) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_noncontiguous_a(device: str) -> None:
+    """Rows of a with a stride > K (a column slice of a wider buffer)."""
+    seed_everything(4)
+    k, n, dtype = 576, 136, torch.bfloat16
+    qw = make_weight(k, n, 64, symmetric=False, dtype=dtype, device=device)
+    base = make_a(9, k + 13, dtype, device)
+    a = base[:, 5 : 5 + k]
+    assert not a.is_contiguous() and a.stride(1) == 1
+    out = qw.gemm(a)
+    assert_gemm_close(out, qw, a, None)
+    torch.testing.assert_close(out, qw.gemm(a.contiguous()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_refused_layout(device: str) -> None:
+    """a with a non-unit last-dim stride is refused with a clear error."""
+    k, n = 128, 64
+    qw = make_weight(k, n, 64, symmetric=True, dtype=torch.bfloat16, device=device)
+    a = make_a(k, 3, torch.bfloat16, device).t()
+    with pytest.raises(RuntimeError, match="a's last dim must be contiguous"):
+        qw.gemm(a)
+
+
+# ---------------------------------------------------------------------------
+# 2. Repack
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(40, 24), (576, 200), (4104, 136)])
+@pytest.mark.parametrize("device", DEVICES)
+def test_repack_properties(device: str, shape: tuple[int, int]) -> None:
+    """Shape [ceil(N/64), ceil(K/64), 512]; deterministic; padding nibbles of
+    qweight past K are ignored; and (any device's arrangement) a GEMM with
+    the identity as a returns the dequantized weight exactly (one product
+    per output: no accumulation error)."""
+    seed_everything(5)
+    k, n = shape
+    dtype = torch.bfloat16
+    qw = make_weight(k, n, 32, symmetric=False, dtype=dtype, device=device)
+    assert qw.b_packed.shape == ops.w4a16_packed_shape(k, n)
+    assert qw.b_packed.dtype == torch.int32 and qw.b_packed.is_contiguous()
+    assert torch.equal(ops.w4a16_repack(qw.qweight, k, n), qw.b_packed)
+    if k % 8:
+        dirty = qw.qweight.clone()
+        dirty[-1] |= torch.tensor(-(1 << (4 * (k % 8))), dtype=torch.int32)
+        assert torch.equal(ops.w4a16_repack(dirty, k, n), qw.b_packed)
+    if k <= 576:
+        eye = torch.eye(k, dtype=dtype, device=device)
+        zeros = None if qw.zeros is None else qw.zeros.cpu().to(torch.int32)
+        w = reference.dequantize(qw.codes, qw.scales.cpu(), zeros, 32).to(dtype)
+        torch.testing.assert_close(qw.gemm(eye).cpu(), w, rtol=0, atol=0)
+
+
+def test_repack_cpu_arrangement() -> None:
+    """The CPU arrangement documented in w4a16_kernels_isa.cpp: word r*64 + c
+    of tile (nt, kt) is qweight[kt*8 + r, nt*64 + c], zero padded."""
+    seed_everything(6)
+    k, n = 200, 136
+    qweight = torch.randint(-(2**31), 2**31 - 1, (25, n), dtype=torch.int32)
+    packed = ops.w4a16_repack(qweight, k, n)
+    nt, kt = packed.shape[:2]
+    dense = packed.view(nt, kt * 8, 64).permute(1, 0, 2).reshape(kt * 8, nt * 64)
+    assert torch.equal(dense[:25, :n], qweight)
+    assert not dense[25:].any() and not dense[:, n:].any()
+
+
+# ---------------------------------------------------------------------------
+# 3. Bad input: RuntimeError naming the argument
+# ---------------------------------------------------------------------------
+def _gemm_args(device: str, **change: Any) -> tuple[Any, ...]:
+    k, n, g = 128, 64, 64
+    qw = make_weight(k, n, g, symmetric=False, dtype=torch.bfloat16, device=device)
+    args = {
+        "a": make_a(3, k, torch.bfloat16, device),
+        "b_packed": qw.b_packed,
+        "scales": qw.scales,
+        "zeros": qw.zeros,
+        "bias": torch.randn(n).bfloat16().to(device),
+        "size_k": k,
+        "size_n": n,
+        "group_size": g,
+    }
+    for name, fn in change.items():
+        args[name] = fn(args[name]) if callable(fn) else fn
+    return tuple(args.values())
+
+
+BAD_GEMM: dict[str, tuple[dict[str, Any], str]] = {
+    "packed_dtype": (
+        {"b_packed": lambda t: t.to(torch.int64)},
+        "b_packed must be int32",
+    ),
+    "packed_shape": (
+        {"b_packed": lambda t: t[:, :1].clone()},
+        "b_packed must have shape",
+    ),
+    "packed_float": ({"b_packed": lambda t: t.float()}, "b_packed must be int32"),
+    "scales_shape": ({"scales": lambda t: t[:1].clone()}, "scales must have shape"),
+    "scales_dtype": ({"scales": lambda t: t.half()}, "scales must have the dtype of a"),
+    "scales_layout": (
+        {"scales": lambda t: t.t().contiguous().t()},
+        "scales must be contiguous",
+    ),
+    "zeros_shape": ({"zeros": lambda t: t[:, :32].clone()}, "zeros must have shape"),
+    "zeros_dtype": ({"zeros": lambda t: t.float()}, "zeros must have the dtype of a"),
+    "bias_shape": ({"bias": lambda t: t[:32].clone()}, "bias must have shape"),
+    "bias_dtype": ({"bias": lambda t: t.half()}, "bias must have the dtype of a"),
+    "group_48": ({"group_size": 48}, "group_size must be -1"),
+    "a_dtype": ({"a": lambda t: t.float()}, "a must be float16 or bfloat16"),
+    "a_width": ({"a": lambda t: t[:, :100]}, "a must have size_k=128"),
+    "a_3d": ({"a": lambda t: t.unsqueeze(0)}, "a must be 2-D"),
+    "size_n": ({"size_n": 65}, "b_packed must have shape|scales must have shape"),
+    "size_k_0": ({"size_k": 0}, "size_k must be > 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_GEMM))
+@pytest.mark.parametrize("device", DEVICES)
+def test_gemm_bad_input(device: str, case: str) -> None:
+    change, match = BAD_GEMM[case]
+    args = _gemm_args(device, **change)
+    contract.assert_rejected_unchanged(_C.w4a16_gemm, args, "w4a16_gemm: " + match)
+
+
+BAD_REPACK: dict[str, tuple[Callable[[torch.Tensor], tuple[Any, ...]], str]] = {
+    "dtype": (lambda q: (q.to(torch.int64), 128, 64), "qweight must be int32"),
+    "rows": (lambda q: (q[:8].clone(), 128, 64), "qweight must have shape"),
+    "cols": (lambda q: (q, 128, 65), "qweight must have shape"),
+    "layout": (
+        lambda q: (q.t().contiguous().t(), 128, 64),
+        "qweight must be contiguous",
+    ),
+    "size_k": (lambda q: (q, 0, 64), "size_k must be > 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REPACK))
+@pytest.mark.parametrize("device", DEVICES)
+def test_repack_bad_input(device: str, case: str) -> None:
+    build, match = BAD_REPACK[case]
+    q = torch.randint(0, 2**31 - 1, (16, 64), dtype=torch.int32, device=device)
+    contract.assert_rejected_unchanged(
+        _C.w4a16_repack, build(q), "w4a16_repack: " + match
+    )
+
+
+@pytest.mark.parametrize("which", ["b_packed", "scales", "zeros", "bias"])
+@pytest.mark.parametrize(
+    "device,other",
+    params_or_skip(
+        other_device_pairs(), "needs two devices (CPU and CUDA)", "cpu", "cpu"
+    ),
+)
+def test_device_mix(device: str, other: str, which: str) -> None:
+    contract.skip_without_kernel("_myops_C::w4a16_gemm", other)
+    args = _gemm_args(device, **{which: lambda t: t.to(other)})
+    with pytest.raises(RuntimeError, match="all tensors must be on one device"):
+        _C.w4a16_gemm(*args)
+
+
+# ---------------------------------------------------------------------------
+# 4. opcheck, torch.compile, CUDA graphs
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("zeros,bias", [(True, True), (False, False)])
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device: str, zeros: bool, bias: bool) -> None:
+    seed_everything(7)
+    k, n = 200, 72
+    qw = make_weight(k, n, 64, symmetric=not zeros, dtype=torch.bfloat16, device=device)
+    contract.opcheck(_C.w4a16_repack, (qw.qweight, k, n))
+    a = make_a(5, k, torch.bfloat16, device)
+    b = torch.randn(n).bfloat16().to(device) if bias else None
+    contract.opcheck(_C.w4a16_gemm, (a, qw.b_packed, qw.scales, qw.zeros, b, k, n, 64))
+
+
+@pytest.mark.parametrize("path", ["wrapper", "torch_ops"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device: str, path: str) -> None:
+    seed_everything(8)
+    k, n, g, dtype = 576, 136, 128, torch.bfloat16
+    qw = make_weight(k, n, g, symmetric=False, dtype=dtype, device=device)
+    bias = torch.randn(n).to(dtype).to(device)
+    gemm = ops.w4a16_gemm if path == "wrapper" else _C.w4a16_gemm
+
+    def fn(
+        x: torch.Tensor,
+        bp: torch.Tensor,
+        s: torch.Tensor,
+        z: torch.Tensor,
+        b: torch.Tensor,
+    ) -> torch.Tensor:
+        h = x * 0.5  # an intermediate, so the op sits between other nodes
+        return gemm(h, bp, s, z, b, k, n, g) + 1
+
+    def make_args(m: int) -> tuple[torch.Tensor, ...]:
+        return (make_a(m, k, dtype, device), qw.b_packed, qw.scales, qw.zeros, bias)
+
+    contract.assert_compiles_like_eager(fn, make_args, (7, 33), backend="inductor")
+
+
+@pytest.mark.parametrize(
+    "device", params_or_skip(cuda_devices(), "needs a CUDA device", "cuda")
+)
+def test_cuda_graph_capture_no_sync(device: str) -> None:
+    seed_everything(9)
+    k, n, dtype = 4104, 576, torch.bfloat16
+    dev = torch.device(device)
+    with torch.cuda.device(dev):
+        qw = make_weight(k, n, 128, symmetric=False, dtype=dtype, device=device)
+        a = make_a(16, k, dtype, device)
+        out: list[torch.Tensor] = []
+
+        def call() -> None:
+            out.clear()
+            out.append(qw.gemm(a))
+
+        graph = contract.capture_without_host_sync(call, dev)
+        a.copy_(make_a(16, k, dtype, device))
+        graph.replay()
+        torch.cuda.synchronize(dev)
+        assert_gemm_close(out[0], qw, a, None)
+
+
+# ---------------------------------------------------------------------------
+# 5. CPU ISA paths: lower ISAs in a subprocess (ATEN_CPU_CAPABILITY)
+# ---------------------------------------------------------------------------
+ISA_RERUN_TESTS = (
+    "test_w4a16_gemm_values",
+    "test_w4a16_gemm_many_rows",
+    "test_act_order",
+    "test_bias",
+    "test_noncontiguous_a",
+    "test_repack_properties",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "isa",
+    params_or_skip(
+        contract.lower_cpu_isas(), "no lower CPU ISA built or available", "default"
+    ),
+)
+def test_cpu_isa_paths(isa: str, tmp_path: Path) -> None:
+    contract.rerun_under_cpu_isa(
+        isa,
+        Path(__file__).resolve(),
+        ISA_RERUN_TESTS,
+        scope=current_scope(),
+        junit_xml=tmp_path / "junit.xml",
+    )

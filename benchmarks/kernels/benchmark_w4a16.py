@@ -180,6 +180,15 @@ def dequantized(s: Any, case: Case) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
+def _copy(x: Any) -> Any:
+    """A deep copy of tensors inside tuples (other values shared)."""
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, tuple):
+        return tuple(_copy(v) for v in x)
+    return x
+
+
 class W4Impl(Impl):
     """An implementation whose weight lives in its own layout: `convert(s,
     case)` builds it from the set's interchange weight, attached to the set
@@ -211,10 +220,24 @@ class W4Impl(Impl):
     def supports(self, case: Case) -> None:
         """Raise Unavailable for a case this implementation cannot run."""
 
+    # Converting is slow (Python packing) and a cold-cache CPU sweep has
+    # thousands of sets of a small layer: convert the first set once and give
+    # every other set its own copy (own memory, so still cold; the values do
+    # not change the time). Floor's conversion is a view of each set's own
+    # bytes and must run per set.
+    convert_each = False
+
     def prepare(self, case, sets):
+        first = None
         for s in sets:
-            if self.key not in s.__dict__:
-                setattr(s, self.key, self.convert(s, case))
+            if self.key in s.__dict__:
+                continue
+            if self.convert_each or first is None:
+                w = self.convert(s, case)
+                first = first if first is not None else w
+            else:
+                w = _copy(first)
+            setattr(s, self.key, w)
 
     def release(self, sets):
         for s in sets:
@@ -226,6 +249,7 @@ class Floor(W4Impl):
     description = "one pass over the int4 weight bytes (CUDA torch.neg, CPU memcpy), timed like the op"
     is_anchor = False
     checked = False
+    convert_each = True
 
     def convert(self, s, case):
         # Halves of the set's own qweight: the pass moves exactly its bytes

@@ -263,3 +263,16 @@ def test_tiny_cpu_run_writes_valid_json(tmp_path) -> None:
     # The regression gate reads it back (same file: no regression).
     assert results.compare(doc, doc, threshold_pct=3.0) == []
     json.dumps(doc)  # plain JSON all the way down
+
+
+def test_prepare_gives_every_set_its_own_memory() -> None:
+    args = parse("--device", "cpu")
+    c = case(m=1, n=64, k=128, group=64)
+    sets = timing.alloc_sets(B.set_specs(c), 3, "cpu")
+    for name in ("mm", "floor"):
+        impl = B.IMPL_CLASSES[name](args, torch.device("cpu"))
+        impl.prepare(c, sets)
+        ws = [s.__dict__[impl.key] for s in sets]
+        first = [w if isinstance(w, torch.Tensor) else w[0] for w in ws]
+        assert len({t.data_ptr() for t in first}) == 3
+        impl.release(sets)

@@ -102,13 +102,19 @@ def print_compact_table(
     cases = records_by_case(records, bench.case_fields)
     anchors = [i for i in impls if i in bench.anchors]
     cols = [i for i in ("floor", "ours") if i in impls] + anchors
+    # A family with FLOPs (GEMM) also shows ours' % of the roofline (max of
+    # the bytes and the FLOP roofs), the fair figure where it is compute-bound.
+    roof = any(r.get("pct_roofline") is not None for r in records)
+    ours_w = 32 if roof else 26
     log(
-        "\nSummary (median us per call; ours: [p90] %floor %ceil; anchors: time and ours' speedup)"
+        "\nSummary (median us per call; ours: [p90] %floor %ceil"
+        + (" %roofline" if roof else "")
+        + "; anchors: time and ours' speedup)"
     )
     hdr = (
         " ".join(c.head() for c in bench.summary_columns)
         + " "
-        + " ".join(f"{c:>{26 if c == 'ours' else 15}}" for c in cols)
+        + " ".join(f"{c:>{ours_w if c == 'ours' else 15}}" for c in cols)
         + "  best anchor -> ours vs best"
     )
     log(hdr)
@@ -122,7 +128,9 @@ def print_compact_table(
                     f"{cell(r)} [{fmt(r.get('p90_us'))}] {fmt(r.get('pct_floor'), '.0f')}%f "
                     f"{fmt(r.get('pct_ceiling'), '.0f')}%c"
                 )
-                cells.append(f"{txt:>26}")
+                if roof:
+                    txt += f" {fmt(r.get('pct_roofline'), '.0f')}%r"
+                cells.append(f"{txt:>{ours_w}}")
             elif (
                 c in bench.anchors
                 and r is not None
@@ -132,7 +140,7 @@ def print_compact_table(
                     f"{cell(r) + ' ' + format(r['ours_speedup'], '.2f') + 'x':>15}"
                 )
             else:
-                cells.append(f"{cell(r):>{26 if c == 'ours' else 15}}")
+                cells.append(f"{cell(r):>{ours_w if c == 'ours' else 15}}")
         best = best_anchor(by, anchors)
         ours = by.get("ours")
         tail = "-"

@@ -483,12 +483,14 @@ class Marlin(W4Impl):
             "vllm.model_executor.layers.quantization.utils.marlin_utils_test"
         )
         self.scalar_types = importlib.import_module("vllm.scalar_type").scalar_types
-        self.workspace = self.mu.marlin_make_workspace_new(self.device)
+        # It sizes the workspace by the SM count of device.index.
+        dev = torch.device("cuda", torch.cuda.current_device())
+        self.workspace = self.mu.marlin_make_workspace_new(dev)
         return note
 
     def supports(self, case):
         ok, why = self.mu.check_marlin_supports_shape(
-            case["n"], case["k"], case["n"], case["k"], case["group"]
+            case["n"], case["k"], case["k"], case["group"]
         )
         if not ok:
             raise Unavailable(f"Marlin: {why}")
@@ -559,8 +561,9 @@ class Machete(W4Impl):
             s.qweight.t().contiguous().t(), s.a.dtype, self.wtype(case), s.scales.dtype
         )
         z = zero_codes(s)
-        # Machete dequantizes q * s + zero (uint4): our (q - z) * s.
-        zeros = None if z is None else (-z.float() * s.scales.float()).to(s.a.dtype)
+        # Machete dequantizes q * s + zero (uint4): our (q - z) * s, the zero
+        # pre-scaled in the scales' dtype as vLLM's MacheteLinearKernel does.
+        zeros = None if z is None else (-1.0 * s.scales * z.to(s.scales.dtype))
         return q, zeros
 
     def call(self, s, w, case):

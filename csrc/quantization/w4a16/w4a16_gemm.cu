@@ -1,0 +1,647 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// w4a16_gemm on CUDA (sm_80+): out[M, N] = a[M, K] @ dequant(W)[K, N] + bias,
+// dequant W = (q - z) * s per group of K rows, fp32 accumulation.
+//
+// Weight layout: b_packed tiles as arranged by w4a16_repack.cu
+// (cuda/w4a16_layout.cuh): a warp's 16-byte load of k16 step s of a tile is
+// exactly the 4 words holding its mma.sync m16n8k16 B fragments for the 8
+// n8 blocks of that step, so B goes from global memory straight to registers
+// (no shared memory, no ldmatrix for B), read once, coalesced.
+//
+// Paths by M (constants below, to be tuned on the H200):
+//   M = 0                   empty output, no launch.
+//   1 <= M < kDequantMinM   tensor-core kernel, M tile 16 * kMTiles with
+//                           kMTiles = 1 (M <= 16, decode), else kMaxMTiles.
+//                           A block is 4 warps on one (n-tile, M-tile,
+//                           K-split); the warps interleave the k-tiles of the
+//                           split and are summed in shared memory in a fixed
+//                           order. When the n-tiles x M-tiles do not fill the
+//                           GPU, K is split across blocks: each split writes
+//                           its fp32 partial to its own slice of a workspace
+//                           (caching allocator, no memset) and a second
+//                           kernel sums the slices in split order, adds the
+//                           bias and rounds once (deterministic, no host
+//                           sync, CUDA-graph capturable).
+//   M >= kDequantMinM       dequantize W to a's dtype (one kernel), then
+//                           cuBLAS through at::mm / at::addmm, so large M is
+//                           never much slower than bf16.
+//
+// Dequant in registers (Marlin's lop3 trick): (q >> 4r) & 0x000f000f | EX
+// puts two codes into the mantissas of a half2 / bfloat162 whose value is
+// base + q (EX = 1024.0 for fp16, 128.0 for bf16; exact). Then
+// (x - (base + z)) is the exact small integer q - z and one multiply by s
+// rounds W = (q - z) * s to a's dtype before the mma (the contract allows
+// it; the CPU kernel and the reference keep fp32). The dequant kernel of
+// the cuBLAS path rounds the same value the same way.
+//
+// Edges: A rows >= M and columns >= K load as 0 (the padded codes are 0 but
+// (0 - z) * s is not, so A must be zero there); group indices are clamped to
+// G - 1 for the padding rows; stores past M / N are skipped.
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/dispatch_utils.cuh"
+#include "ops.h"
+#include "quantization/w4a16/cuda/w4a16_layout.cuh"
+#include "quantization/w4a16/w4a16_args.h"
+
+namespace vllm_myops {
+namespace {
+
+namespace layout = w4a16::cuda_layout;
+
+// ---- Tunables
+// ---------------------------------------------------------------- M from which
+// dequant + cuBLAS is used (the mma kernel re-reads W once per 64-row M tile;
+// cuBLAS bf16 wins somewhere above this).
+constexpr int64_t kDequantMinM = 256;
+constexpr int kWarps = 4;  // warps per GEMM block
+// m16 tiles per block above M = 16. 4 (M tile 64) needs more than the 255
+// registers of a thread with this warp-owns-the-n-tile design (it spills), so
+// M > 16 uses M tiles of 32 until a shared-memory A / split-N variant lands.
+constexpr int kMaxMTiles = 2;
+constexpr int kThreads = kWarps * 32;
+// Blocks per SM the split-K heuristic aims for, and the fewest k-tiles a
+// split gets (so each warp has a pipeline to run).
+constexpr int kTargetBlocksPerSm = 4;
+constexpr int kMinKTilesPerSplit = 2 * kWarps;
+
+// ---- Element types
+// -------------------------------------------------------------
+template <typename T>
+struct MmaType;
+
+template <>
+struct MmaType<__half> {
+  using T2 = __half2;
+  static constexpr uint32_t kExponent = 0x64006400u;  // half2(1024, 1024)
+};
+
+template <>
+struct MmaType<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static constexpr uint32_t kExponent = 0x43004300u;  // bf162(128, 128)
+};
+
+template <typename T>
+__device__ __forceinline__ T from_bits(uint16_t v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __ushort_as_half(v);
+  } else {
+    return __ushort_as_bfloat16(v);
+  }
+}
+
+template <typename T2>
+__device__ __forceinline__ uint32_t as_u32(T2 v) {
+  static_assert(sizeof(T2) == 4, "pair of 16-bit values");
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T2>
+__device__ __forceinline__ T2 as_t2(uint32_t v) {
+  return *reinterpret_cast<T2*>(&v);
+}
+
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b,
+                                                uint32_t c) {
+  uint32_t r;
+  // (a & b) | c: immLut (0xf0 & 0xcc) | 0xaa.
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// Two codes of nibbles (r, r + 4) of q as base + q in a T2 (low half: r).
+template <typename T, int kR>
+__device__ __forceinline__ uint32_t codes_pair(uint32_t q) {
+  return lop3_and_or(q >> (4 * kR), 0x000f000fu, MmaType<T>::kExponent);
+}
+
+// (x - zb) * s, with zb = base + z: W rounded once to T.
+template <typename T>
+__device__ __forceinline__ uint32_t dequant_pair(uint32_t x, uint32_t zb,
+                                                 uint32_t s) {
+  using T2 = typename MmaType<T>::T2;
+  return as_u32(__hmul2(__hsub2(as_t2<T2>(x), as_t2<T2>(zb)), as_t2<T2>(s)));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Streamed once: bypass L1 (the tiles are never re-read by this block).
+__device__ __forceinline__ uint4 load_stream_16(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint16_t load_u16(const void* base, int64_t i) {
+  return __ldg(static_cast<const unsigned short*>(base) + i);
+}
+
+// ---- Kernel arguments
+// ------------------------------------------------------------
+struct GemmArgs {
+  const void* a;  // [M, K] rows a_stride apart (elements)
+  int64_t a_stride;
+  const uint4* b;      // b_packed as 16-byte words
+  const void* scales;  // [G, N]
+  const void* zeros;   // [G, N] or nullptr (symmetric, zero 8)
+  const void* bias;    // [N] or nullptr
+  void* out;           // [M, N] (splits == 1)
+  float* workspace;    // [splits, M, N] fp32 (splits > 1)
+  int m, k, n;
+  int group_size;  // rows per group (K for per-channel)
+  int groups;
+  int k_tiles;
+  int kt_per_split;
+  int splits;
+  bool a_aligned4;  // every (row, even k) pair is a 4-byte aligned load
+};
+
+// Two consecutive elements (k, k + 1) of row `row` of A as a T2, zero past
+// M and K.
+template <typename T>
+__device__ __forceinline__ uint32_t load_a_pair(const GemmArgs& p, int row,
+                                                int k) {
+  if (row >= p.m || k >= p.k) return 0u;
+  const T* ptr = static_cast<const T*>(p.a) + row * p.a_stride + k;
+  if (p.a_aligned4 && k + 1 < p.k) {
+    return __ldg(reinterpret_cast<const unsigned int*>(ptr));
+  }
+  const uint32_t lo = __ldg(reinterpret_cast<const unsigned short*>(ptr));
+  const uint32_t hi =
+      k + 1 < p.k ? __ldg(reinterpret_cast<const unsigned short*>(ptr) + 1)
+                  : 0u;
+  return lo | (hi << 16);
+}
+
+// A fragment (m16 x k16, row-major) at rows row0.., columns k0..: a0 = (g,
+// 2t), a1 = (g + 8, 2t), a2 = (g, 2t + 8), a3 = (g + 8, 2t + 8).
+template <typename T>
+__device__ __forceinline__ void load_a_frag(const GemmArgs& p, int row0, int k0,
+                                            int lane, uint32_t (&a)[4]) {
+  const int g = lane / 4, t = lane % 4;
+  a[0] = load_a_pair<T>(p, row0 + g, k0 + 2 * t);
+  a[1] = load_a_pair<T>(p, row0 + g + 8, k0 + 2 * t);
+  a[2] = load_a_pair<T>(p, row0 + g, k0 + 2 * t + 8);
+  a[3] = load_a_pair<T>(p, row0 + g + 8, k0 + 2 * t + 8);
+}
+
+// Scales and zeros of one group for the tile's 64 columns, as loaded: lane
+// l holds columns 2l, 2l + 1 (4 registers, not the 16 that the 8 columns
+// 8j + g a lane multiplies would take while in flight); group_pairs()
+// redistributes them with shuffles once they have arrived.
+struct GroupRaw {
+  uint16_t s_lo, s_hi;
+  uint16_t z_lo, z_hi;  // unused when symmetric
+};
+
+__device__ __forceinline__ void load_group(const GemmArgs& p, int group, int n0,
+                                           int lane, GroupRaw& gr) {
+  const int64_t row = static_cast<int64_t>(group) * p.n;
+  const int n = n0 + 2 * lane;
+  // Columns past N: s = 0 (W = 0 there; never stored anyway).
+  gr.s_lo = n < p.n ? load_u16(p.scales, row + n) : uint16_t{0};
+  gr.s_hi = n + 1 < p.n ? load_u16(p.scales, row + n + 1) : uint16_t{0};
+  if (p.zeros != nullptr) {
+    gr.z_lo = n < p.n ? load_u16(p.zeros, row + n) : uint16_t{0};
+    gr.z_hi = n + 1 < p.n ? load_u16(p.zeros, row + n + 1) : uint16_t{0};
+  }
+}
+
+// Broadcast pairs for the 8 n8 blocks j of a lane (column 8j + g, held by
+// lane 4j + g / 2 as its half g % 2): zb = base + z, s. Whole warp.
+template <typename T>
+__device__ __forceinline__ void group_pairs(const GemmArgs& p,
+                                            const GroupRaw& gr, int lane,
+                                            uint32_t (&zb)[8],
+                                            uint32_t (&s)[8]) {
+  constexpr uint32_t kBaseBits = MmaType<T>::kExponent & 0xffffu;
+  const int g = lane / 4;
+  const int half_shift = 16 * (g % 2);
+  const uint32_t s2 = gr.s_lo | (static_cast<uint32_t>(gr.s_hi) << 16);
+  const bool has_zeros = p.zeros != nullptr;
+  const uint32_t z2 =
+      has_zeros ? gr.z_lo | (static_cast<uint32_t>(gr.z_hi) << 16) : 0u;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int src = 4 * j + g / 2;
+    const uint32_t sv =
+        (__shfl_sync(0xffffffffu, s2, src) >> half_shift) & 0xffffu;
+    s[j] = sv | (sv << 16);
+    // base + z in T's bits: the mantissa unit of base is 1, so adding the
+    // integer code to the bits is exact (z in 0..15).
+    uint32_t zcode = 8;
+    if (has_zeros) {
+      const uint32_t zv =
+          (__shfl_sync(0xffffffffu, z2, src) >> half_shift) & 0xffffu;
+      zcode = static_cast<uint32_t>(
+          __float2int_rn(cuda::to_float(from_bits<T>(zv))));
+    }
+    const uint32_t zbits = kBaseBits + zcode;
+    zb[j] = zbits | (zbits << 16);
+  }
+}
+
+// Group of k16 step `step` of k-tile kt (clamped: padding rows past K may
+// name group G).
+__device__ __forceinline__ int group_of(const GemmArgs& p, int kt, int step) {
+  const int k = kt * layout::kTileK + 16 * step;
+  return min(k / p.group_size, p.groups - 1);
+}
+
+// What one warp loads for one k-tile ahead of using it.
+template <int kMTiles>
+struct Stage {
+  static constexpr bool kHasA = kMTiles == 1;
+  uint4 b[layout::kSteps];  // step s: words of pairs p = 0..3 (x, y, z, w)
+  GroupRaw group[2];        // steps 0-1 and 2-3 (differ only for group 32)
+  uint32_t a[kHasA ? layout::kSteps : 1][4];
+};
+
+template <typename T, int kMTiles>
+__device__ __forceinline__ void load_stage(const GemmArgs& p, int nt, int kt,
+                                           int row0, int lane,
+                                           Stage<kMTiles>& st) {
+  const uint4* tile = p.b + (static_cast<int64_t>(nt) * p.k_tiles + kt) *
+                                (layout::kTileWords / 4);
+#pragma unroll
+  for (int s = 0; s < layout::kSteps; ++s) {
+    st.b[s] = load_stream_16(tile + s * 32 + lane);
+  }
+  const int n0 = nt * layout::kTileN;
+  const int g0 = group_of(p, kt, 0);
+  const int g2 = group_of(p, kt, 2);
+  load_group(p, g0, n0, lane, st.group[0]);
+  if (g2 != g0) {
+    load_group(p, g2, n0, lane, st.group[1]);
+  } else {
+    st.group[1] = st.group[0];
+  }
+  if constexpr (Stage<kMTiles>::kHasA) {
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s) {
+      load_a_frag<T>(p, row0, kt * layout::kTileK + 16 * s, lane, st.a[s]);
+    }
+  }
+}
+
+template <typename T, int kMTiles>
+__device__ __forceinline__ void compute_stage(const GemmArgs& p, int kt,
+                                              int row0, int lane,
+                                              const Stage<kMTiles>& st,
+                                              float (&acc)[kMTiles][8][4]) {
+  uint32_t zb[8], sc[8];
+#pragma unroll
+  for (int s = 0; s < layout::kSteps; ++s) {
+    // Steps 2-3 start a new group only for group size 32 (the only size
+    // below a tile; larger ones are multiples of 64, or all of K).
+    if (s == 0 || (s == 2 && p.group_size < layout::kTileK)) {
+      group_pairs<T>(p, st.group[s / 2], lane, zb, sc);
+    }
+    uint32_t a[kMTiles][4];
+    if constexpr (Stage<kMTiles>::kHasA) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[0][r] = st.a[s][r];
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        load_a_frag<T>(p, row0 + 16 * mt, kt * layout::kTileK + 16 * s, lane,
+                       a[mt]);
+      }
+    }
+    const uint32_t words[4] = {st.b[s].x, st.b[s].y, st.b[s].z, st.b[s].w};
+#pragma unroll
+    for (int pr = 0; pr < layout::kPairs; ++pr) {
+      const uint32_t q = words[pr];
+      const int j0 = 2 * pr, j1 = 2 * pr + 1;
+      // Block 2p: nibbles (0, 4) = b0, (1, 5) = b1; block 2p + 1: (2, 6),
+      // (3, 7).
+      const uint32_t b00 = dequant_pair<T>(codes_pair<T, 0>(q), zb[j0], sc[j0]);
+      const uint32_t b01 = dequant_pair<T>(codes_pair<T, 1>(q), zb[j0], sc[j0]);
+      const uint32_t b10 = dequant_pair<T>(codes_pair<T, 2>(q), zb[j1], sc[j1]);
+      const uint32_t b11 = dequant_pair<T>(codes_pair<T, 3>(q), zb[j1], sc[j1]);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        mma_16816<T>(acc[mt][j0], a[mt], b00, b01);
+        mma_16816<T>(acc[mt][j1], a[mt], b10, b11);
+      }
+    }
+  }
+}
+
+// Grid: (n-tile, M-tile, K-split). Warp w of a block takes k-tiles
+// kt_begin + w, + kWarps, ... of the split; the warps' partial tiles are
+// summed in shared memory in warp order.
+template <typename T, int kMTiles>
+__global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
+  constexpr int kRows = 16 * kMTiles;
+  // k-tiles of a warp in flight (registers). With 4 m16 tiles the 128
+  // accumulators leave no room for a second stage; that path relies on
+  // other warps to hide the load latency.
+  constexpr int kStages = kMTiles <= 2 ? 2 : 1;
+  __shared__ float partial[kRows][layout::kTileN];
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int nt = blockIdx.x;
+  const int row0 = blockIdx.y * kRows;
+  const int split = blockIdx.z;
+  const int kt_begin = split * p.kt_per_split;
+  const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
+  const int first = kt_begin + warp;
+  const int count = first < kt_end ? (kt_end - first + kWarps - 1) / kWarps : 0;
+
+  float acc[kMTiles][8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][j][r] = 0.f;
+
+  // Register ring of kStages k-tiles: tile i + kStages - 1 is requested
+  // before tile i is used. Fully unrolled by kStages so the ring index is a
+  // compile-time constant (registers cannot be indexed).
+  Stage<kMTiles> st[kStages];
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < count) {
+      load_stage<T, kMTiles>(p, nt, first + i * kWarps, row0, lane, st[i]);
+    }
+  }
+  for (int i0 = 0; i0 < count; i0 += kStages) {
+#pragma unroll
+    for (int j = 0; j < kStages; ++j) {
+      const int i = i0 + j;
+      const int ahead = i + kStages - 1;
+      if (ahead < count) {
+        load_stage<T, kMTiles>(p, nt, first + ahead * kWarps, row0, lane,
+                               st[(j + kStages - 1) % kStages]);
+      }
+      if (i < count) {
+        compute_stage<T, kMTiles>(p, first + i * kWarps, row0, lane, st[j],
+                                  acc);
+      }
+    }
+  }
+
+  // Fixed-order sum over the warps. C fragment: c0, c1 = (g, 2t, 2t + 1),
+  // c2, c3 = (g + 8, 2t, 2t + 1) of each m16 x n8 block.
+  const int g = lane / 4, t = lane % 4;
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = 16 * mt + g + 8 * (r / 2);
+            const int col = 8 * j + 2 * t + (r % 2);
+            partial[row][col] =
+                w == 0 ? acc[mt][j][r] : partial[row][col] + acc[mt][j][r];
+          }
+    }
+    __syncthreads();
+  }
+
+  const int n0 = nt * layout::kTileN;
+  for (int idx = threadIdx.x; idx < kRows * layout::kTileN; idx += kThreads) {
+    const int r = idx / layout::kTileN, c = idx % layout::kTileN;
+    const int row = row0 + r, col = n0 + c;
+    if (row >= p.m || col >= p.n) continue;
+    const float v = partial[r][c];
+    if (p.splits == 1) {
+      const float b = p.bias != nullptr
+                          ? cuda::to_float(static_cast<const T*>(p.bias)[col])
+                          : 0.f;
+      static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.n + col] =
+          cuda::from_float<T>(v + b);
+    } else {
+      p.workspace[(static_cast<int64_t>(split) * p.m + row) * p.n + col] = v;
+    }
+  }
+}
+
+// out = T(sum over splits of workspace + bias), splits summed in order.
+template <typename T>
+__global__ void w4a16_splitk_reduce_kernel(const float* __restrict__ ws,
+                                           const T* __restrict__ bias,
+                                           T* __restrict__ out, int64_t mn,
+                                           int n, int splits) {
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       idx < mn; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; ++s) v += ws[s * mn + idx];
+    if (bias != nullptr) v += cuda::to_float(bias[idx % n]);
+    out[idx] = cuda::from_float<T>(v);
+  }
+}
+
+// W[k, n] = T((q - z) * s) for k < K, n < N, from b_packed; one thread per
+// element, n fastest (coalesced stores; the gathers stay inside a tile).
+template <typename T>
+__global__ void w4a16_dequant_kernel(const uint32_t* __restrict__ b,
+                                     const T* __restrict__ scales,
+                                     const T* __restrict__ zeros,
+                                     T* __restrict__ w, int k_size, int n_size,
+                                     int k_tiles, int group_size) {
+  const int64_t total = static_cast<int64_t>(k_size) * n_size;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       idx < total; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int k = static_cast<int>(idx / n_size);
+    const int n = static_cast<int>(idx % n_size);
+    const layout::TileSlot slot =
+        layout::slot_of(k % layout::kTileK, n % layout::kTileN);
+    const int64_t tile =
+        static_cast<int64_t>(n / layout::kTileN) * k_tiles + k / layout::kTileK;
+    const uint32_t word = __ldg(b + tile * layout::kTileWords + slot.word);
+    const int q = static_cast<int>((word >> (4 * slot.nibble)) & 0xFu);
+    const int64_t gi = static_cast<int64_t>(k / group_size) * n_size + n;
+    const float z = zeros != nullptr ? cuda::to_float(zeros[gi]) : 8.f;
+    // (q - z) is exact; one product rounded to T, as in the mma path.
+    w[idx] = cuda::from_float<T>((static_cast<float>(q) - z) *
+                                 cuda::to_float(scales[gi]));
+  }
+}
+
+template <typename T>
+void launch_mma(const GemmArgs& args, int m_tiles_per_block, int m_blocks,
+                int n_tiles, cudaStream_t stream) {
+  const dim3 grid(n_tiles, m_blocks, args.splits);
+  if (m_tiles_per_block == 1) {
+    w4a16_mma_kernel<T, 1><<<grid, kThreads, 0, stream>>>(args);
+  } else {
+    w4a16_mma_kernel<T, kMaxMTiles><<<grid, kThreads, 0, stream>>>(args);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
+              const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
+              const std::optional<at::Tensor>& bias,
+              const w4a16::GemmShape& shape, int group_rows, at::Tensor& out) {
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int m = static_cast<int>(shape.m);
+  const int m_tiles_per_block = m <= 16 ? 1 : kMaxMTiles;
+  const int rows_per_block = 16 * m_tiles_per_block;
+  const int m_blocks = (m + rows_per_block - 1) / rows_per_block;
+  const int n_tiles = static_cast<int>(shape.n_tiles);
+  const int k_tiles = static_cast<int>(shape.k_tiles);
+
+  // Split K only as far as needed to give every SM kTargetBlocksPerSm
+  // blocks, and never below kMinKTilesPerSplit k-tiles per split.
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t base_blocks = static_cast<int64_t>(n_tiles) * m_blocks;
+  const int64_t target = static_cast<int64_t>(sms) * kTargetBlocksPerSm;
+  int splits = 1;
+  if (base_blocks < target) {
+    splits = static_cast<int>(w4a16::ceil_div(target, base_blocks));
+    splits = std::min(splits, std::max(1, k_tiles / kMinKTilesPerSplit));
+  }
+  const int kt_per_split = (k_tiles + splits - 1) / splits;
+  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
+
+  GemmArgs args{};
+  args.a = a.data_ptr();
+  args.a_stride = m > 1 ? a.stride(0) : shape.k;
+  args.b = reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>());
+  args.scales = scales.data_ptr();
+  args.zeros = zeros.has_value() ? zeros->data_ptr() : nullptr;
+  args.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  args.m = m;
+  args.k = static_cast<int>(shape.k);
+  args.n = static_cast<int>(shape.n);
+  args.group_size = group_rows;
+  args.groups = static_cast<int>(shape.groups);
+  args.k_tiles = k_tiles;
+  args.kt_per_split = kt_per_split;
+  args.splits = splits;
+  args.a_aligned4 =
+      reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
+
+  if (splits == 1) {
+    args.out = out.data_ptr();
+    launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, stream);
+    return;
+  }
+  at::Tensor workspace =
+      at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
+  args.workspace = workspace.data_ptr<float>();
+  args.out = nullptr;
+  launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, stream);
+
+  const int64_t mn = shape.m * shape.n;
+  constexpr int kReduceThreads = 256;
+  const int64_t blocks =
+      std::min<int64_t>(w4a16::ceil_div(mn, kReduceThreads), int64_t{1} << 16);
+  w4a16_splitk_reduce_kernel<T>
+      <<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
+          args.workspace, static_cast<const T*>(args.bias),
+          static_cast<T*>(out.data_ptr()), mn, args.n, splits);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+at::Tensor dequantize_weight(const at::Tensor& b_packed,
+                             const at::Tensor& scales,
+                             const std::optional<at::Tensor>& zeros,
+                             const w4a16::GemmShape& shape, int group_rows,
+                             const at::TensorOptions& options) {
+  at::Tensor w = at::empty({shape.k, shape.n}, options);
+  const int64_t total = shape.k * shape.n;
+  constexpr int kDequantThreads = 256;
+  const int64_t blocks = std::min<int64_t>(
+      w4a16::ceil_div(total, kDequantThreads), int64_t{1} << 20);
+  w4a16_dequant_kernel<T><<<static_cast<unsigned>(blocks), kDequantThreads, 0,
+                            at::cuda::getCurrentCUDAStream()>>>(
+      reinterpret_cast<const uint32_t*>(b_packed.data_ptr<int32_t>()),
+      static_cast<const T*>(scales.data_ptr()),
+      zeros.has_value() ? static_cast<const T*>(zeros->data_ptr()) : nullptr,
+      static_cast<T*>(w.data_ptr()), static_cast<int>(shape.k),
+      static_cast<int>(shape.n), static_cast<int>(shape.k_tiles), group_rows);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return w;
+}
+
+}  // namespace
+
+at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
+                           const at::Tensor& scales,
+                           const std::optional<at::Tensor>& zeros,
+                           const std::optional<at::Tensor>& bias,
+                           int64_t size_k, int64_t size_n, int64_t group_size) {
+  const w4a16::GemmShape shape = w4a16::check_gemm_args(
+      a, b_packed, scales, zeros, bias, size_k, size_n, group_size);
+  const c10::cuda::CUDAGuard device_guard(a.device());
+  // 32-bit index math in the kernels (rows, columns, k).
+  TORCH_CHECK(shape.k < (int64_t{1} << 30) && shape.n < (int64_t{1} << 30) &&
+                  shape.m < (int64_t{1} << 30),
+              "w4a16_gemm: size_k, size_n and M must be < 2^30");
+  at::Tensor out = at::empty({shape.m, shape.n}, a.options());
+  if (shape.m == 0) return out;
+  const int group_rows =
+      static_cast<int>(group_size == -1 ? shape.k : group_size);
+
+  // The argument checks let a 1-row a have any column stride.
+  at::Tensor a_rows = a;
+  if (shape.m == 1 && shape.k > 1 && a.stride(1) != 1) a_rows = a.contiguous();
+
+  const bool is_half = a.scalar_type() == at::kHalf;
+  if (shape.m >= kDequantMinM) {
+    const at::Tensor w =
+        is_half ? dequantize_weight<__half>(b_packed, scales, zeros, shape,
+                                            group_rows, a.options())
+                : dequantize_weight<__nv_bfloat16>(
+                      b_packed, scales, zeros, shape, group_rows, a.options());
+    if (bias.has_value()) {
+      at::addmm_out(out, *bias, a_rows, w);
+    } else {
+      at::mm_out(out, a_rows, w);
+    }
+    return out;
+  }
+  if (is_half) {
+    run_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape, group_rows,
+                     out);
+  } else {
+    run_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias, shape,
+                            group_rows, out);
+  }
+  return out;
+}
+
+}  // namespace vllm_myops

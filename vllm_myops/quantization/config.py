@@ -210,7 +210,7 @@ class MyopsW4A16Config(vllm_compat.quantization_config_base()):  # type: ignore[
         return (
             f"vllm-myops: {NAME} ({self.describe()}): "
             f"{len(self.quantized_prefixes)} linear layers on the myops W4A16 "
-            f"kernel: {quant}; unquantized (not linear layers): {rest}"
+            f"kernel: {quant}; not quantized (not linear layers): {rest}"
         )
 
 
@@ -218,7 +218,7 @@ def summarize_prefixes(prefixes: list[str]) -> str:
     """'model.layers.{0..29}.mlp.down_proj'-style summary: layer numbers
     folded into one pattern, in first-seen order."""
     groups: dict[str, list[int]] = {}
-    for p in prefixes:
+    for p in filter(None, prefixes):  # some layers are built without a name
         m = re.search(r"\.(\d+)\.", p)
         key = p if m is None else p[: m.start()] + ".{}." + p[m.end() :]
         groups.setdefault(key, [])

@@ -110,9 +110,7 @@ class MyopsW4A16OnlineLinearMethod(_LinearMethodBase):  # type: ignore[misc,vali
             weight_loader=extra_weight_attrs.pop("weight_loader"),
         )
         layer.register_parameter("weight", weight)
-        from vllm.model_executor.utils import set_weight_attrs
-
-        set_weight_attrs(weight, extra_weight_attrs)
+        vllm_compat.set_weight_attrs(weight, extra_weight_attrs)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         cfg = self.quant_config

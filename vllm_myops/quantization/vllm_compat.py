@@ -45,6 +45,12 @@ def parameter_classes() -> Any:
     return parameter
 
 
+def set_weight_attrs(param: Any, attrs: dict[str, Any]) -> None:
+    from vllm.model_executor.utils import set_weight_attrs as set_attrs
+
+    set_attrs(param, attrs)
+
+
 def register_quantization_config(name: str, cls: type) -> type:
     from vllm.model_executor.layers.quantization import (
         register_quantization_config as register,

@@ -391,6 +391,12 @@ class CpuWna16(W4Impl):
         self.isa_hint = cpu_kernel._get_isa_hint
         if not hasattr(torch.ops._C, "cpu_gemm_wna16"):
             raise Unavailable("torch.ops._C.cpu_gemm_wna16 is not registered")
+        # Its `amx` path runs AMX instructions without asking Linux for the
+        # AMX state (SIGILL in a fresh process); in vLLM, and in a run that
+        # measured the bf16 roof first, oneDNN has asked already.
+        init_amx = getattr(torch._C._cpu, "_init_amx", None)
+        if init_amx is not None and torch.cpu._is_amx_tile_supported():
+            init_amx()
         import vllm  # noqa: PLC0415
 
         # vLLM 0.32 on an AMX CPU serves bf16 with its W4A8 kernel unless

@@ -276,3 +276,26 @@ def test_prepare_gives_every_set_its_own_memory() -> None:
         first = [w if isinstance(w, torch.Tensor) else w[0] for w in ws]
         assert len({t.data_ptr() for t in first}) == 3
         impl.release(sets)
+
+
+@pytest.mark.parametrize("name", ["marlin", "machete"])
+def test_gpu_anchors_missing_cleanly_on_cpu(name) -> None:
+    impl = B.IMPL_CLASSES[name](parse("--device", "cpu"), torch.device("cpu"))
+    ok, why = impl.availability()
+    assert not ok and "GPU" in why
+
+
+def test_vllm_cpu_anchor_agrees_with_reference() -> None:
+    pytest.importorskip("vllm")
+    impl = B.IMPL_CLASSES["cpu_wna16"](parse("--device", "cpu"), torch.device("cpu"))
+    ok, why = impl.availability()
+    if not ok:
+        pytest.skip(why)
+    for zp in ("sym", "asym"):
+        c = case(m=5, n=64, k=256, group=64, zp=zp)
+        ok, why, _ = B.check(impl.make(c), c, torch.device("cpu"))
+        assert ok, why
+    # Its kernel takes K / G as the group: a partial last group is refused
+    # up front instead of failing inside vLLM.
+    with pytest.raises(B.Unavailable, match="partial"):
+        impl.make(case(m=1, n=576, k=576, group=128))

@@ -200,14 +200,18 @@ def test_repack_properties(device: str, shape: tuple[int, int]) -> None:
 
 def test_repack_cpu_arrangement() -> None:
     """The CPU arrangement documented in w4a16_kernels_isa.cpp: word r*64 + c
-    of tile (nt, kt) is qweight[kt*8 + r, nt*64 + c], zero padded."""
+    of tile (nt, kt) holds the codes of qweight[kt*8 + r, nt*64 + c], nibble
+    p holding the word's row (0, 2, 4, 6, 1, 3, 5, 7)[p]; zero padded."""
     seed_everything(6)
     k, n = 200, 136
     qweight = torch.randint(-(2**31), 2**31 - 1, (25, n), dtype=torch.int32)
     packed = ops.w4a16_repack(qweight, k, n)
     nt, kt = packed.shape[:2]
     dense = packed.view(nt, kt * 8, 64).permute(1, 0, 2).reshape(kt * 8, nt * 64)
-    assert torch.equal(dense[:25, :n], qweight)
+    nibble_row = (0, 2, 4, 6, 1, 3, 5, 7)
+    got = reference.unpack_int4(dense, 0, kt * 64).view(kt * 8, 8, nt * 64)
+    want = reference.unpack_int4(qweight, 0, 200).view(25, 8, n)
+    assert torch.equal(got[:25, :, :n], want[:, list(nibble_row)])
     assert not dense[25:].any() and not dense[:, n:].any()
 
 

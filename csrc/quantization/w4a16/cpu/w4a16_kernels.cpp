@@ -25,6 +25,20 @@ W4A16TilesFn tiles_fn() {
 }  // namespace
 }  // namespace vllm_myops::cpu
 
+namespace {
+
+// GPTQ nibble i (row i of the word's 8) -> the CPU arrangement's nibble p
+// with kNibbleRow[p] = i: even rows in the low half-word, odd in the high.
+uint32_t reorder_nibbles(uint32_t w) {
+  constexpr int kNibbleRow[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  uint32_t out = 0;
+  for (int p = 0; p < 8; ++p)
+    out |= ((w >> (4 * kNibbleRow[p])) & 0xFu) << (4 * p);
+  return out;
+}
+
+}  // namespace
+
 using vllm_myops::w4a16::ceil_div;
 using vllm_myops::w4a16::kPack;
 using vllm_myops::w4a16::kTile;
@@ -55,7 +69,7 @@ at::Tensor w4a16_repack_cpu(const at::Tensor& qweight, int64_t size_k,
         int32_t* d = tile + r * kTile;
         const uint32_t mask = r == k_words - 1 ? last_mask : ~0u;
         for (int64_t c = 0; c < cols; ++c)
-          d[c] = int32_t(uint32_t(s[c]) & mask);
+          d[c] = int32_t(reorder_nibbles(uint32_t(s[c]) & mask));
       }
     }
   });
@@ -81,6 +95,12 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   const int64_t lda = std::max(k_words * kPack, s.groups * group_rows);
   at::Tensor af = at::zeros({s.m, lda}, a.options().dtype(at::kFloat));
   af.narrow(1, 0, s.k).copy_(a);
+  // Decode rows in a's dtype too, for the bf16 dot-product path (M <= 2).
+  at::Tensor ah;
+  if (s.m <= 2 && a.scalar_type() == at::kBFloat16) {
+    ah = at::zeros({s.m, lda}, a.options());
+    ah.narrow(1, 0, s.k).copy_(a);
+  }
   at::Tensor sums = af.narrow(1, 0, s.groups * group_rows)
                         .view({s.m, s.groups, group_rows})
                         .sum(-1)
@@ -90,6 +110,7 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
 
   cpu::W4A16CpuParams p{};
   p.a = af.data_ptr<float>();
+  p.a_half = ah.defined() ? ah.data_ptr() : nullptr;
   p.lda = lda;
   p.a_sums = sums.data_ptr<float>();
   p.b = b_packed.data_ptr<int32_t>();

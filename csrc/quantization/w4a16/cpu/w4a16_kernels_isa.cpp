@@ -2,26 +2,34 @@
 // CPU W4A16 GEMM tiles, compiled once per ISA (cpu/isa.h).
 //
 // CPU tile arrangement (what w4a16_repack_cpu writes): the 512 int32 words
-// of tile (nt, kt) are the GPTQ words of that 64x64 block, row-major:
-//   word[r * 64 + c] = qweight[kt * 8 + r, nt * 64 + c]   (r < 8, c < 64)
-// i.e. word r, column c holds the codes of rows k = kt*64 + 8r + j (nibble
-// j, low first) of column nt*64 + c. Padding (rows >= K, columns >= N) is
-// code 0. The k-tiles of one n-tile are contiguous, so an n-tile is one
-// dense [ceil(K/64) * 8, 64] word matrix: a vector load of 16 (AVX-512) or
-// 8 (AVX2) consecutive words gives 8 K-rows of 16/8 adjacent columns, and
-// nibble j of every lane is the same K-row: the dequantized row vector is
-// one shift plus one lookup (AVX-512 vpermps on the low 4 bits of each lane:
-// no mask, no int->float conversion) or shift, mask, convert (AVX2).
+// of tile (nt, kt) are the GPTQ words of that 64x64 block, row-major, with
+// the nibbles of each word reordered:
+//   word[r * 64 + c] holds the codes of rows k = kt*64 + 8r + i, i < 8, of
+//   column nt*64 + c; nibble p holds row i = kNibbleRow[p] = 0 2 4 6 1 3 5 7
+//   (low half-word: the even rows, high half-word: the odd ones).
+// Padding (rows >= K, columns >= N) is code 0. The k-tiles of one n-tile
+// are contiguous, so an n-tile is one dense [ceil(K/64) * 8, 64] word
+// matrix: a vector load of 16 (AVX-512) or 8 (AVX2) consecutive words gives
+// 8 K-rows of 16/8 adjacent columns, and nibble p of every lane is the same
+// K-row, so a dequantized row vector is one shift plus one lookup (AVX-512
+// vpermps on the low 4 bits of each lane: no mask, no int->float
+// conversion) or shift, mask, convert (AVX2). The nibble order serves the
+// AVX512-BF16 path: after a shift by 4p, the two half-words of a lane index
+// rows 2p and 2p + 1, so one vpermw gives the bf16 pairs vdpbf16ps takes.
 //
 // Math: W[k, n] = (q - z) * s in fp32. With q' = q - c (c = 8 with the
-// lookup, 0 with the conversion), per group and column
+// lookups, 0 with the conversion), per group and column
 //   sum_k a[k] * (q - z) = sum_k a[k] * q' - (z - c) * sum_k a[k],
 // so the inner loop is one FMA per weight and row; the zero and the scale
 // are applied once per group (sum_k a[k] per group comes from the host).
 // Symmetric weights with c = 8 need no correction at all. Accumulation is
-// fp32 throughout; the output is rounded once to the dtype.
+// fp32 throughout; the output is rounded once to the dtype. The BF16 path
+// (bf16 activations on a CPU with AVX512-BF16) multiplies a by q' in bf16:
+// q' in [-8, 7] is exact in bf16, a already is bf16, and the products are
+// exact in fp32, so only the fp32 sums round, as in the other paths.
 //
-// Blocking: each n-tile is done for blocks of up to 4 rows of a at a time,
+// Blocking (fp32 paths; the BF16 path is used at M <= 2, where it measured
+// faster): each n-tile is done for blocks of up to 4 rows of a at a time,
 // 4 x 64 (AVX-512) or 4 x 16 (AVX2, 16 ymm registers) fp32 accumulators,
 // so each dequantized weight vector feeds 4 rows. At M = 1 the time is the
 // weight stream from memory (32 bytes per 64 weights of a K-row).
@@ -43,6 +51,8 @@ namespace vllm_myops::cpu {
 namespace {
 
 constexpr int kTileN = 64;
+// K-row (within a word's 8) of each nibble (see the arrangement above).
+constexpr int kNibbleRow[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 // ---------------------------------------------------------------------------
 // Lane types: L columns per vector. I holds L words (8 codes each), F L
@@ -176,7 +186,7 @@ void block(const Lanes& lanes, const W4A16CpuParams& p, const int32_t* bt,
           w[v] = Lanes::shift4(w[v]);
         }
         for (int m = 0; m < MB; ++m) {
-          const F av = Lanes::set1(arow[m][k0 + j]);
+          const F av = Lanes::set1(arow[m][k0 + kNibbleRow[j]]);
           for (int v = 0; v < NV; ++v)
             acc[m][v] = Lanes::fmadd(q[v], av, acc[m][v]);
         }
@@ -216,10 +226,10 @@ void store_rows(const W4A16CpuParams& p, const float* tot, int64_t m0, int mb,
 // [groups, 64]; missing columns get 0 (no contribution).
 template <typename T>
 void load_group_params(const W4A16CpuParams& p, int64_t col0, int cols,
-                       float* sb, float* zb) {
+                       float* sb, float* zb, int offset = Lanes::kOffset) {
   const T* s = static_cast<const T*>(p.scales);
   const T* z = static_cast<const T*>(p.zeros);
-  const float zsym = float(8 - Lanes::kOffset);
+  const float zsym = float(8 - offset);
   for (int64_t g = 0; g < p.groups; ++g) {
     float* sr = sb + g * kTileN;
     float* zr = zb + g * kTileN;
@@ -227,13 +237,123 @@ void load_group_params(const W4A16CpuParams& p, int64_t col0, int cols,
     for (int c = 0; c < cols; ++c) sr[c] = float(sg[c]);
     if (z) {
       const T* zg = z + g * p.n + col0;
-      for (int c = 0; c < cols; ++c) zr[c] = float(zg[c]) - Lanes::kOffset;
+      for (int c = 0; c < cols; ++c) zr[c] = float(zg[c]) - offset;
     } else {
       for (int c = 0; c < cols; ++c) zr[c] = zsym;
     }
     for (int c = cols; c < kTileN; ++c) sr[c] = zr[c] = 0.f;
   }
 }
+
+#if defined(CPU_CAPABILITY_AVX512)
+// ---------------------------------------------------------------------------
+// AVX512-BF16 (bf16 activations): vdpbf16ps does two K-rows per instruction.
+// Built with a target attribute (the AVX512 build's flags do not include
+// BF16) and chosen at run time from cpuid.
+// ---------------------------------------------------------------------------
+  #define MYOPS_BF16_TARGET \
+    __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+template <int MB>
+MYOPS_BF16_TARGET void block_bf16(const __m512i lut, const W4A16CpuParams& p,
+                                  const int32_t* bt, const float* sb,
+                                  const float* zb, bool correct, int64_t m0,
+                                  float* tot) {
+  constexpr int NV4 = 4;  // 64 columns
+  const uint16_t* arow[MB];
+  const float* srow[MB];
+  for (int m = 0; m < MB; ++m) {
+    arow[m] = static_cast<const uint16_t*>(p.a_half) + (m0 + m) * p.lda;
+    srow[m] = p.a_sums + (m0 + m) * p.groups;
+  }
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const int64_t k_begin = g * p.group_rows;
+    const int64_t k_end = std::min(p.k, k_begin + p.group_rows);
+    const int64_t w_begin = k_begin / 8;
+    const int64_t w_end = (k_end + 7) / 8;
+    __m512 acc[MB][NV4];
+    for (int m = 0; m < MB; ++m)
+      for (int v = 0; v < NV4; ++v) acc[m][v] = _mm512_setzero_ps();
+    for (int64_t r = w_begin; r < w_end; ++r) {
+      const int32_t* wp = bt + r * kTileN;
+      __m512i w[NV4];
+      for (int v = 0; v < NV4; ++v) w[v] = _mm512_loadu_si512(wp + v * 16);
+      const int64_t k0 = r * 8;
+  #pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        __m512i q[NV4];
+        for (int v = 0; v < NV4; ++v) {
+          // vpermw reads the low 5 bits of each half-word: the table repeats.
+          q[v] = _mm512_permutexvar_epi16(w[v], lut);
+          w[v] = _mm512_srli_epi32(w[v], 4);
+        }
+        for (int m = 0; m < MB; ++m) {
+          int32_t pair;
+          std::memcpy(&pair, arow[m] + k0 + 2 * j, sizeof(pair));
+          const __m512i av = _mm512_set1_epi32(pair);
+          for (int v = 0; v < NV4; ++v)
+            acc[m][v] =
+                _mm512_dpbf16_ps(acc[m][v], (__m512bh)q[v], (__m512bh)av);
+        }
+      }
+    }
+    const float* sg = sb + g * kTileN;
+    const float* zg = zb + g * kTileN;
+    for (int m = 0; m < MB; ++m) {
+      const __m512 sa = _mm512_set1_ps(srow[m][g]);
+      for (int v = 0; v < NV4; ++v) {
+        __m512 x = acc[m][v];
+        if (correct) x = _mm512_fnmadd_ps(_mm512_loadu_ps(zg + v * 16), sa, x);
+        float* t = tot + m * kTileN + v * 16;
+        _mm512_storeu_ps(t, _mm512_fmadd_ps(_mm512_loadu_ps(sg + v * 16), x,
+                                            _mm512_loadu_ps(t)));
+      }
+    }
+  }
+}
+
+MYOPS_BF16_TARGET void tiles_bf16(const W4A16CpuParams& p, int64_t nt_begin,
+                                  int64_t nt_end) {
+  alignas(64) uint16_t table[32];
+  for (int i = 0; i < 32; ++i) table[i] = c10::BFloat16(float(i % 16 - 8)).x;
+  const __m512i lut = _mm512_loadu_si512(table);
+  std::vector<float> sbuf(p.groups * kTileN), zbuf(p.groups * kTileN);
+  alignas(64) float tot[4 * kTileN];
+  // q' = q - 8 here: the symmetric zero needs no correction.
+  const bool correct = p.zeros != nullptr;
+  for (int64_t nt = nt_begin; nt < nt_end; ++nt) {
+    const int64_t col0 = nt * kTileN;
+    const int cols = int(std::min<int64_t>(kTileN, p.n - col0));
+    load_group_params<c10::BFloat16>(p, col0, cols, sbuf.data(), zbuf.data(),
+                                     8);
+    const int32_t* bt = p.b + nt * p.k_tiles * 512;
+    for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
+      const int mb = int(std::min<int64_t>(4, p.m - m0));
+      std::fill(tot, tot + 4 * kTileN, 0.f);
+      switch (mb) {
+        case 4:
+          block_bf16<4>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          break;
+        case 3:
+          block_bf16<3>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          break;
+        case 2:
+          block_bf16<2>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          break;
+        default:
+          block_bf16<1>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          break;
+      }
+      store_rows<c10::BFloat16>(p, tot, m0, mb, col0, cols);
+    }
+  }
+}
+#endif
 
 template <typename T>
 void tiles(const W4A16CpuParams& p, int64_t nt_begin, int64_t nt_end) {
@@ -280,6 +400,13 @@ void tiles(const W4A16CpuParams& p, int64_t nt_begin, int64_t nt_end) {
 void MYOPS_CPU_ISA_FN(w4a16_gemm_tiles)(const W4A16CpuParams& p,
                                         int64_t nt_begin, int64_t nt_end) {
   if (p.dtype == DType::kBFloat16) {
+#if defined(CPU_CAPABILITY_AVX512)
+    // Measured here: faster at M <= 2 only; from M = 3 the fp32 path's
+    // 4-row blocks win.
+    if (cpu_has_avx512_bf16() && p.a_half != nullptr && p.m <= 2) {
+      return tiles_bf16(p, nt_begin, nt_end);
+    }
+#endif
     tiles<c10::BFloat16>(p, nt_begin, nt_end);
   } else {
     tiles<c10::Half>(p, nt_begin, nt_end);

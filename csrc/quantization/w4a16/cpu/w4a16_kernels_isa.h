@@ -13,6 +13,7 @@ namespace vllm_myops::cpu {
 // One GEMM call, in the form the tile loop wants. ATen-free.
 struct W4A16CpuParams {
   const float* a;       // fp32 [m, lda], zero past k
+  const void* a_half;   // a in its dtype [m, lda], zero past k
   int64_t lda;          // >= k_words * 8
   const float* a_sums;  // fp32 [m, groups]: sum of a over each group
   const int32_t* b;     // [n_tiles, k_tiles, 512]

@@ -16,13 +16,16 @@
 //                           A block is 4 warps on one (n-tile, M-tile,
 //                           K-split); the warps interleave the k-tiles of the
 //                           split and are summed in shared memory in a fixed
-//                           order. When the n-tiles x M-tiles do not fill the
-//                           GPU, K is split across blocks: each split writes
-//                           its fp32 partial to its own slice of a workspace
-//                           (caching allocator, no memset) and a second
-//                           kernel sums the slices in split order, adds the
-//                           bias and rounds once (deterministic, no host
-//                           sync, CUDA-graph capturable).
+//                           order. Blocks run M-tiles fastest (shared weight
+//                           tiles hit L2). When the n-tiles x M-tiles leave
+//                           the GPU's resident block slots poorly filled
+//                           (choose_splits), K is split across blocks: each
+//                           split writes its fp32 partial to its own slice
+//                           of a workspace (caching allocator, no memset)
+//                           and a second kernel sums the slices in split
+//                           order, adds the bias and rounds once
+//                           (deterministic, no host sync, CUDA-graph
+//                           capturable).
 //   M >= kDequantMinM       dequantize W to a's dtype (one kernel), then
 //                           cuBLAS through at::mm / at::addmm, so large M is
 //                           never much slower than bf16.
@@ -72,10 +75,10 @@ constexpr int kWarps = 4;  // warps per GEMM block
 // M > 16 uses M tiles of 32 until a shared-memory A / split-N variant lands.
 constexpr int kMaxMTiles = 2;
 constexpr int kThreads = kWarps * 32;
-// Blocks per SM the split-K heuristic aims for, and the fewest k-tiles a
-// split gets (so each warp has a pipeline to run).
-constexpr int kTargetBlocksPerSm = 4;
+// Split-K bounds: the fewest k-tiles a split gets (so each warp has a
+// pipeline to run) and the most splits (workspace traffic grows with them).
 constexpr int kMinKTilesPerSplit = 2 * kWarps;
+constexpr int kMaxSplits = 16;
 
 // ---- Element types
 // -------------------------------------------------------------
@@ -359,7 +362,9 @@ __device__ __forceinline__ void compute_stage(const GemmArgs& p, int kt,
   }
 }
 
-// Grid: (n-tile, M-tile, K-split). Warp w of a block takes k-tiles
+// Grid: (M-tile, n-tile, K-split), M-tiles fastest so the blocks that read
+// the same weight tiles run together and all but the first hit L2. Warp w of
+// a block takes k-tiles
 // kt_begin + w, + kWarps, ... of the split; the warps' partial tiles are
 // summed in shared memory in warp order.
 template <typename T, int kMTiles>
@@ -373,8 +378,8 @@ __global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const int nt = blockIdx.x;
-  const int row0 = blockIdx.y * kRows;
+  const int row0 = blockIdx.x * kRows;
+  const int nt = blockIdx.y;
   const int split = blockIdx.z;
   const int kt_begin = split * p.kt_per_split;
   const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
@@ -500,13 +505,51 @@ __global__ void w4a16_dequant_kernel(const uint32_t* __restrict__ b,
 template <typename T>
 void launch_mma(const GemmArgs& args, int m_tiles_per_block, int m_blocks,
                 int n_tiles, cudaStream_t stream) {
-  const dim3 grid(n_tiles, m_blocks, args.splits);
+  const dim3 grid(m_blocks, n_tiles, args.splits);
   if (m_tiles_per_block == 1) {
     w4a16_mma_kernel<T, 1><<<grid, kThreads, 0, stream>>>(args);
   } else {
     w4a16_mma_kernel<T, kMaxMTiles><<<grid, kThreads, 0, stream>>>(args);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Blocks of the kernel one SM holds at once (asked once per instantiation;
+// the process drives one kind of GPU).
+template <typename T, int kMTiles>
+int resident_blocks_per_sm() {
+  static const int blocks = [] {
+    int b = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &b, w4a16_mma_kernel<T, kMTiles>, kThreads, 0));
+    return std::max(b, 1);
+  }();
+  return blocks;
+}
+
+// K splits for `base_blocks` (n-tiles x M-tiles) blocks on a GPU with
+// `slots` resident blocks. The kernel is bound by weight bandwidth, so what
+// counts is how full the resident slots stay: the fraction of slot-waves
+// used, blocks / (ceil(blocks / slots) * slots). Take the fewest splits
+// within 2% of the best fraction (fewer splits: less workspace traffic,
+// longer per-warp pipelines).
+int choose_splits(int64_t base_blocks, int k_tiles, int64_t slots) {
+  const int max_splits =
+      std::max(1, std::min(k_tiles / kMinKTilesPerSplit, kMaxSplits));
+  double fill[kMaxSplits + 1] = {};
+  double best_fill = 0.0;
+  for (int s = 1; s <= max_splits; ++s) {
+    const int per = (k_tiles + s - 1) / s;
+    if ((k_tiles + per - 1) / per != s) continue;  // same as fewer splits
+    const int64_t blocks = base_blocks * s;
+    fill[s] = static_cast<double>(blocks) /
+              static_cast<double>(w4a16::ceil_div(blocks, slots) * slots);
+    best_fill = std::max(best_fill, fill[s]);
+  }
+  for (int s = 1; s <= max_splits; ++s) {
+    if (fill[s] >= best_fill - 0.02) return s;
+  }
+  return 1;
 }
 
 template <typename T>
@@ -521,17 +564,17 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   const int m_blocks = (m + rows_per_block - 1) / rows_per_block;
   const int n_tiles = static_cast<int>(shape.n_tiles);
   const int k_tiles = static_cast<int>(shape.k_tiles);
+  TORCH_CHECK(n_tiles <= 65535,
+              "w4a16_gemm: size_n must be <= ", 65535 * w4a16::kTile,
+              " on CUDA (one grid row per 64 columns)");
 
-  // Split K only as far as needed to give every SM kTargetBlocksPerSm
-  // blocks, and never below kMinKTilesPerSplit k-tiles per split.
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t base_blocks = static_cast<int64_t>(n_tiles) * m_blocks;
-  const int64_t target = static_cast<int64_t>(sms) * kTargetBlocksPerSm;
-  int splits = 1;
-  if (base_blocks < target) {
-    splits = static_cast<int>(w4a16::ceil_div(target, base_blocks));
-    splits = std::min(splits, std::max(1, k_tiles / kMinKTilesPerSplit));
-  }
+  const int64_t slots =
+      static_cast<int64_t>(sms) *
+      (m_tiles_per_block == 1 ? resident_blocks_per_sm<T, 1>()
+                              : resident_blocks_per_sm<T, kMaxMTiles>());
+  int splits =
+      choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles, slots);
   const int kt_per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
 

@@ -387,6 +387,31 @@ def test_gptq_method_without_g_idx_and_missing_zero_point_matters(monkeypatch, t
 
 
 @requires_vllm
+def test_fused_shards_with_different_g_idx_are_refused(tp1):
+    from vllm_myops.quantization.config import MyopsW4A16Config
+    from vllm_myops.quantization.linear_method import MyopsW4A16GPTQLinearMethod
+
+    m = MyopsW4A16GPTQLinearMethod(
+        MyopsW4A16Config(group_size=32, source="gptq", desc_act=True)
+    )
+    layer = _linear_layer_stub()
+    m.create_weights(
+        layer,
+        64,
+        [16, 16],
+        64,
+        32,
+        torch.bfloat16,
+        weight_loader=lambda p, w, shard_id=None: p.data.copy_(w),
+    )
+    g = reference.default_g_idx(64, 32)
+    layer.g_idx.weight_loader(layer.g_idx, g, 0)
+    layer.g_idx.weight_loader(layer.g_idx, g, 1)  # the same: fine
+    with pytest.raises(ValueError, match="different act-order permutations"):
+        layer.g_idx.weight_loader(layer.g_idx, g.flip(0), 1)
+
+
+@requires_vllm
 def test_gptq_method_shape_errors(tp1):
     from vllm_myops.quantization.config import MyopsW4A16Config
     from vllm_myops.quantization.linear_method import MyopsW4A16GPTQLinearMethod
@@ -579,3 +604,10 @@ def test_quantize_cli_round_trip(tmp_path, args):
         else:
             assert torch.equal(got[name], t), name
     assert n_checked == 7 * 2  # q k v o gate up down, two layers
+    if act:  # layers vLLM fuses (one input) share one act-order g_idx
+        for i in range(2):
+            p = f"model.layers.{i}."
+            qkv = [got[p + f"self_attn.{m}_proj.g_idx"] for m in "qkv"]
+            assert all(torch.equal(qkv[0], g) for g in qkv)
+            gate, up = (got[p + f"mlp.{m}_proj.g_idx"] for m in ("gate", "up"))
+            assert torch.equal(gate, up)

@@ -11,8 +11,11 @@ Embeddings, lm_head and norms stay as they are.
 
 ``--act-order``: the input rows are ordered by descending L2 norm of the
 weight's column (GPTQ orders by the Hessian diagonal; without calibration
-data the weight's own norm stands in), groups are cut in that order and
-``g_idx`` says which group each row fell into (``desc_act: true``).
+data the weights' own norms stand in), groups are cut in that order and
+``g_idx`` says which group each row fell into (``desc_act: true``). Weights
+of one module with the same input size (q/k/v_proj, gate/up_proj) get one
+order from their stacked columns, as GPTQ's shared input Hessian gives
+them: vLLM fuses them into one layer with one g_idx.
 
 vLLM 0.32 on CPU loads only symmetric, non-act-order GPTQ with K and N
 multiples of 32 and a group that divides K (SmolLM2's K = 576: group 64);
@@ -91,10 +94,29 @@ def act_order_g_idx(weight_kn: Any, group_size: int) -> Any:
     return g_idx
 
 
+def shared_g_idx(tensors: dict[str, Any], group_size: int) -> dict[str, Any]:
+    """Act-order g_idx per weight name: one per (parent module, K), from the
+    column norms of all of that module's weights with that input size."""
+    import torch
+
+    by_key: dict[tuple[str, int], list[str]] = {}
+    for name, t in tensors.items():
+        if is_quantized_weight(name, tuple(t.shape)):
+            parent = name.rsplit(".", 2)[0]
+            by_key.setdefault((parent, t.shape[1]), []).append(name)
+    out = {}
+    for names in by_key.values():
+        stacked = torch.cat([tensors[n].float() for n in names], dim=0)  # [sum N, K]
+        g_idx = act_order_g_idx(stacked.t(), group_size)
+        out.update(dict.fromkeys(names, g_idx))
+    return out
+
+
 def quantize_weight(
-    weight_nk: Any, group_size: int, sym: bool, act_order: bool
+    weight_nk: Any, group_size: int, sym: bool, act_order: bool, g_idx: Any = None
 ) -> dict[str, Any]:
-    """GPTQ tensors (v1 qzeros) of one HF weight [N, K]."""
+    """GPTQ tensors (v1 qzeros) of one HF weight [N, K]; act-order groups
+    from `g_idx` when given, else from this weight's column norms."""
     import torch
 
     from vllm_myops.quantization import reference
@@ -108,7 +130,8 @@ def quantize_weight(
             f"K={size_k}, N={size_n}"
         )
     if act_order:
-        g_idx = act_order_g_idx(w, group_size)
+        # A copy per weight: safetensors refuses tensors that share memory.
+        g_idx = act_order_g_idx(w, group_size) if g_idx is None else g_idx.clone()
         perm = torch.sort(g_idx.long(), stable=True).indices
         codes_p, scales, zeros = reference.quantize_rtn(w[perm], group_size, sym)
         codes = torch.empty_like(codes_p)
@@ -163,12 +186,14 @@ def quantize_checkpoint(
     if config.get("quantization_config"):
         raise ValueError(f"model: {model} is already quantized")
     tensors = _load_tensors(model)
+    shared = shared_g_idx(tensors, group_size) if act_order else {}
     result: dict[str, Any] = {}
     n_quantized = 0
     for name, t in tensors.items():
         if is_quantized_weight(name, tuple(t.shape)):
             prefix = name[: -len(".weight")]
-            for key, v in quantize_weight(t, group_size, sym, act_order).items():
+            q = quantize_weight(t, group_size, sym, act_order, shared.get(name))
+            for key, v in q.items():
                 result[f"{prefix}.{key}"] = v
             n_quantized += 1
         else:

@@ -197,7 +197,7 @@ class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-
         g_idx = param.RowvLLMParameter(
             data=torch.full((size_k,), -1, dtype=torch.int32),
             input_dim=0,
-            weight_loader=loader,
+            weight_loader=_same_g_idx_loader(loader, prefix),
         )
         zeros_data = torch.empty(groups, size_n // reference.PACK, dtype=torch.int32)
         scales_data = torch.empty(groups, size_n, dtype=params_dtype)
@@ -271,6 +271,25 @@ class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
         return w4a16_apply(layer, x, bias)
+
+
+def _same_g_idx_loader(loader: Any, prefix: str) -> Any:
+    """vLLM fuses q/k/v (gate/up) into one layer with one g_idx: every
+    shard's g_idx must be the same (GPTQ gives layers of one input one
+    order); a different one would silently permute the others' rows."""
+
+    def load(param: Any, loaded: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        before = param.data.clone()
+        result = loader(param, loaded, *args, **kwargs)
+        if bool((before >= 0).any()) and not torch.equal(before, param.data):
+            raise ValueError(
+                f"{prefix}.g_idx: the checkpoint layers vLLM fuses here have "
+                "different act-order permutations; they share one input, so "
+                "quantize them with one g_idx (as GPTQ does)"
+            )
+        return result
+
+    return load
 
 
 def _check_act_dtype(dtype: torch.dtype) -> None:

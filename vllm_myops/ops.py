@@ -51,15 +51,15 @@ class OpSpec:
 
 FAMILIES: tuple[Family, ...] = (
     Family(
-        name="quantization",
-        title="W4A16 GEMM",
-        registration="vllm_myops.quantization.registration",
-    ),
-    Family(
         name="layernorm",
         title="RMSNorm",
         registration="vllm_myops.layernorm.registration",
         doctor_calls="vllm_myops.layernorm.doctor_calls",
+    ),
+    Family(
+        name="quantization",
+        title="W4A16 GEMM",
+        registration="vllm_myops.quantization.registration",
     ),
 )
 
@@ -76,14 +76,14 @@ OPS: tuple[OpSpec, ...] = (
         hook=Hook(HOOK_VLLM_IR, "fused_add_rms_norm"),
         kernels=("fused_add_rms_norm",),
     ),
-    # Every linear layer of `--quantization myops_w4a16`. Its native count
-    # stays 0 (vLLM runs no other path for a layer we claimed); the slot keeps
-    # the registry-wide counters and reports uniform.
+    # Every linear layer of `--quantization myops_w4a16`. Only ours is
+    # counted: a layer we claimed has no other path in vLLM to fall back to.
     OpSpec(
         name="w4a16_linear",
         family="quantization",
         hook=Hook(HOOK_QUANTIZATION, "myops_w4a16"),
         kernels=("w4a16_gemm", "w4a16_repack"),
+        providers=(PROVIDER,),
     ),
 )
 

@@ -157,15 +157,16 @@ def test_native_counting_wraps_every_registry_op(counting):
     # Ops returning one tensor and ops returning several, alternately.
     ir_ops = types.SimpleNamespace()
     fns = {}
-    for i, spec in enumerate(ops.OPS):
+    ir_specs = ops.ops_with_hook(ops.HOOK_VLLM_IR)  # the ops vLLM has natives of
+    for i, spec in enumerate(ir_specs):
         fns[spec.name] = single if i % 2 == 0 else pair
         impl = _FakeImpl(fns[spec.name])
         setattr(ir_ops, spec.hook.target, types.SimpleNamespace(impls={"native": impl}))
-    ir_impls.install_native_counting(ir_ops, ops.OPS)
-    ir_impls.install_native_counting(ir_ops, ops.OPS)  # idempotent
+    ir_impls.install_native_counting(ir_ops, ir_specs)
+    ir_impls.install_native_counting(ir_ops, ir_specs)  # idempotent
 
     x = torch.ones(5, 8)
-    for spec in ops.OPS:
+    for spec in ir_specs:
         impl = getattr(ir_ops, spec.hook.target).impls["native"]
         assert impl.uuid() == "vllm-uuid+myops-count"
         args = (x, x.clone(), None, 1e-6) if fns[spec.name] is pair else (x, None, 1e-6)
@@ -176,7 +177,7 @@ def test_native_counting_wraps_every_registry_op(counting):
         else:
             assert torch.equal(result, expect)
     snap = stats_files.snapshot()
-    for spec in ops.OPS:
+    for spec in ir_specs:
         assert snap["calls"][spec.name] == {"myops": 0, "native": 1}
         # Rows of the counted output: 3 for the pair (x[:3]), 5 otherwise.
         rows = 3 if fns[spec.name] is pair else 5
@@ -190,10 +191,10 @@ def test_native_counting_off_leaves_vllm_alone(monkeypatch):
     ir_ops = types.SimpleNamespace(
         **{
             o.hook.target: types.SimpleNamespace(impls={"native": impl})
-            for o in ops.OPS
+            for o in ops.ops_with_hook(ops.HOOK_VLLM_IR)
         }
     )
-    ir_impls.install_native_counting(ir_ops, ops.OPS)
+    ir_impls.install_native_counting(ir_ops, ops.ops_with_hook(ops.HOOK_VLLM_IR))
     assert impl.impl_fn is fn and impl.uuid() == "vllm-uuid"
 
 

@@ -87,19 +87,13 @@ MIN_TOP1 = 0.95
 MAX_LP_DIFF_VS_HF = 0.75
 MEAN_LP_DIFF_VS_HF = 0.0625
 MAX_PPL_REL_DIFF_VS_HF = 0.005
-# Ours against vLLM 0.32's own gptq path on the same checkpoint. vLLM's CPU
-# GPTQ is itself off the fp32 dequantized reference (measured: ppl 54.24 vs
-# 51.85, max |dlogprob| 3.43, mean 0.192, decisive 576/592 = 97.3%), while
-# ours is on it (above), so the two can agree no better than vLLM agrees
-# with the reference: measured ours vs vLLM's gptq decisive 98.7% of 540,
-# top-1 87.3%, max 3.53, mean 0.195, ppl ratio 0.956. The gates: vLLM's
-# deviation with ~1.5x margin. A wrong format reading on either side (nibble
-# order, v1 zero, group) gives O(1) nats mean and ppl ratios far from 1.
-MIN_DECISIVE_VS_VLLM_GPTQ = 0.95
-MIN_TOP1_VS_VLLM_GPTQ = 0.80
-MAX_LP_DIFF_VS_VLLM_GPTQ = 5.0
-MEAN_LP_DIFF_VS_VLLM_GPTQ = 0.3
-MAX_PPL_REL_DIFF_VS_VLLM_GPTQ = 0.08
+# Ours against vLLM 0.32's own gptq path (its W4A16 kernel, cpu_gemm_wna16;
+# see VLLM_CPU_INT4_W4A8 below) on the same checkpoint: the same noise
+# floor, so the same gates. Measured: vLLM's gptq vs the dequantized HF
+# reference max 0.329 mean 0.035 decisive 592/592 ppl -0.25%; ours vs
+# vLLM's gptq max 0.310 mean 0.042 top-1 97.0% decisive 553/553 ppl +0.19%.
+# (With vLLM's default W4A8 kernel on an AMX CPU, activations quantized to
+# int8, vLLM itself is off the reference: ppl +4.6%, max 3.4 nats.)
 QUANTIZED_LINEAR_LAYERS = 30 * 4  # qkv, o, gate_up, down per decoder layer
 
 
@@ -156,9 +150,13 @@ def w4a16_runs(smollm2_model: Path, tmp_path_factory) -> dict:
     with ThreadPoolExecutor(1) as pool:
         # vLLM's first engine (online, from the bf16 checkpoint) starts while
         # the checkpoints are written; the later ones wait for `ready`.
+        # VLLM_CPU_INT4_W4A8=0: on a CPU with AMX, vLLM 0.32 serves GPTQ
+        # with its W4A8 kernel (activations quantized to int8) by default;
+        # the W4A16 path to compare with is cpu_gemm_wna16.
         vllm_proc = pool.submit(
-            run_python, vllm_cmd, timeout=1800, env=subprocess_env()
-        )
+            run_python, vllm_cmd, timeout=1800,
+            env=subprocess_env(VLLM_CPU_INT4_W4A8="0"),
+        )  # fmt: skip
         quantize_checkpoint(smollm2_model, ckpt["sym64"], group_size=64, sym=True)
         quantize_checkpoint(
             smollm2_model, ckpt["act_asym128"], group_size=128, sym=False,
@@ -236,13 +234,8 @@ def test_gptq_checkpoint_ours_agrees_with_vllm_gptq(w4a16_runs):
         runs["gptq_ours"]["teacher"], runs["gptq_vllm"]["teacher"], DECISIVE_MARGIN
     )
     print(_report("gptq sym64: ours vs vLLM gptq", c))
-    assert c["decisive_agreement"] >= MIN_DECISIVE_VS_VLLM_GPTQ, c[
-        "flips_at_ref_margin"
-    ]
-    assert c["top1_agreement"] >= MIN_TOP1_VS_VLLM_GPTQ
-    assert c["max_lp_diff"] <= MAX_LP_DIFF_VS_VLLM_GPTQ
-    assert c["mean_lp_diff"] <= MEAN_LP_DIFF_VS_VLLM_GPTQ
-    assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF_VS_VLLM_GPTQ
+    _check_vs_hf(floor)  # vLLM's own path is on the reference too
+    _check_vs_hf(c)
 
 
 def test_act_order_asym_checkpoint_matches_dequantized_hf(w4a16_runs):
@@ -261,10 +254,8 @@ def test_every_quantized_linear_layer_ran_on_our_kernel(w4a16_runs):
         if run["quantization"] is None:
             assert calls["myops"] == 0, (name, calls)
         else:
-            assert calls["native"] == 0 and calls["myops"] >= QUANTIZED_LINEAR_LAYERS, (
-                name,
-                calls,
-            )
+            # No other path is counted: a layer we claimed has none.
+            assert calls["myops"] >= QUANTIZED_LINEAR_LAYERS, (name, calls)
     lines = [
         ln for ln in w4a16_runs["stdout"].splitlines() if "myops W4A16 kernel" in ln
     ]

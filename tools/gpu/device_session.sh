@@ -18,6 +18,8 @@
 #             present (extra args: BENCH_ARGS="...")
 #   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
 #             anchors without torch.compile (extra args: BENCH2_ARGS="...")
+#   bench_w4a16  python -m benchmarks.kernels.benchmark_w4a16 --device cuda, bf16, the GPU
+#             preset; Marlin/Machete when the serve set is unpacked (BENCH_W4A16_ARGS="...")
 #   profile   ncu --clock-control none over our kernels for a few shapes; compact table
 #             (python -m benchmarks.kernels.profile_anchors --impls ours $PROFILE_ARGS)
 #   profile_anchors  the same over ours and the anchors side by side ($PROFILE_ANCHOR_ARGS)
@@ -75,14 +77,14 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [profile]=90 [profile_anchors]=90 [sanitize]=200
+declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|profile|profile_anchors|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
+    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
     *) echo "unknown stage '$s' (stage1 build test bench bench2 profile profile_anchors sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
   esac
 done
@@ -311,14 +313,14 @@ stage_test() {
   add_summary test "$rc" $((SECONDS - t)) "$line"
 }
 
-bench_common() {  # bench_common NAME BUDGET ARGS...
-  local name=$1 b=$2 t=$SECONDS rc; shift 2
+bench_common() {  # bench_common NAME MODULE BUDGET ARGS...
+  local name=$1 module=$2 b=$3 t=$SECONDS rc; shift 3
   ensure_built || { add_summary "$name" SKIP 0 "no build"; return; }
   anchor_env
   local maxs=$((b - 45))
   (( maxs < 30 )) && maxs=30
-  say "$name: benchmarks.kernels.benchmark_layernorm $* (budget ${b}s, new cases stop after ${maxs}s)"
-  timeout -s INT "$((b + 20))" "$PY" -m benchmarks.kernels.benchmark_layernorm --max-seconds "$maxs" "$@" \
+  say "$name: $module $* (budget ${b}s, new cases stop after ${maxs}s)"
+  timeout -s INT "$((b + 20))" "$PY" -m "$module" --max-seconds "$maxs" "$@" \
     2>&1 | tee "$OUT/$name.log"
   rc=${PIPESTATUS[0]}
   local v
@@ -331,15 +333,23 @@ bench_common() {  # bench_common NAME BUDGET ARGS...
 
 stage_bench() {
   # shellcheck disable=SC2086
-  bench_common bench_bf16 "$1" --dtype bf16 --save "$OUT/bench_bf16.json" --plot "$OUT/bench_bf16.png" \
+  bench_common bench_bf16 benchmarks.kernels.benchmark_layernorm "$1" --dtype bf16 --save "$OUT/bench_bf16.json" --plot "$OUT/bench_bf16.png" \
     ${BENCH_ARGS:-}
 }
 
 stage_bench2() {
   # shellcheck disable=SC2086
-  bench_common bench_fp "$1" --dtype fp16,fp32 --rows 1,1024,8192,32768 --hidden 4096,5125,8192 \
+  bench_common bench_fp benchmarks.kernels.benchmark_layernorm "$1" --dtype fp16,fp32 --rows 1,1024,8192,32768 --hidden 4096,5125,8192 \
     --impls floor,ours,eager,vllm,liger,quack --save "$OUT/bench_fp.json" --plot "$OUT/bench_fp.png" \
     ${BENCH2_ARGS:-}
+}
+
+stage_bench_w4a16() {
+  # Marlin and Machete come from vLLM 0.24 (the serve carry set), when present.
+  vllm_env || say "bench_w4a16: serve carry set incomplete: Marlin/Machete will be reported missing"
+  # shellcheck disable=SC2086
+  bench_common bench_w4a16 benchmarks.kernels.benchmark_w4a16 "$1" --device cuda --dtype bf16 \
+    --save "$OUT/bench_w4a16.json" --plot "$OUT/bench_w4a16.png" ${BENCH_W4A16_ARGS:-}
 }
 
 # ncu over a command that brackets its launches with cudaProfilerStart/Stop and
@@ -507,6 +517,7 @@ for i in "${!stages[@]}"; do
     test) stage_test "$b" ;;
     bench) stage_bench "$b" ;;
     bench2) stage_bench2 "$b" ;;
+    bench_w4a16) stage_bench_w4a16 "$b" ;;
     profile) stage_profile "$b" ;;
     profile_anchors) stage_profile_anchors "$b" ;;
     sanitize) stage_sanitize "$b" ;;

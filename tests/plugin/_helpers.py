@@ -12,6 +12,10 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+# The real-text corpus (tests/data/real_text/README.md: source, licence).
+REAL_TEXT_CORPUS = (
+    REPO / "tests" / "data" / "real_text" / "a_scandal_in_bohemia_part1.txt"
+)
 
 
 def _vllm_ir_available() -> bool:

@@ -55,7 +55,7 @@ import pytest
 
 from tests.plugin import _teacher_forced as teacher_forced
 from tests.plugin._helpers import (
-    REPO,
+    REAL_TEXT_CORPUS,
     requires_extension,
     requires_vllm,
     run_python,
@@ -64,7 +64,7 @@ from tests.plugin._helpers import (
 
 pytestmark = [requires_vllm, requires_extension, pytest.mark.slow]
 
-CORPUS = REPO / "tests" / "data" / "real_text" / "a_scandal_in_bohemia_part1.txt"
+CORPUS = REAL_TEXT_CORPUS
 WINDOW = 1024
 MAX_MODEL_LEN = 2048  # a window and its one sampled token, with room
 

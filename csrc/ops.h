@@ -37,6 +37,21 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
                           const std::optional<at::Tensor>& bias, int64_t size_k,
                           int64_t size_n, int64_t group_size);
 
+// ---- Paged attention (CPU: csrc/attention/cpu/attention_kernels.cpp) ----
+// key/value [T, H_kv, D] -> kv_cache [num_blocks, H_kv, block_size, 2*D] at
+// slot_mapping[t] (< 0: skip the token).
+void paged_kv_write_cpu(const at::Tensor& key, const at::Tensor& value,
+                        at::Tensor& kv_cache, const at::Tensor& slot_mapping);
+
+// Causal attention of query [T, H_q, D] over each sequence's paged context,
+// written into out [T, H_q, D] (rows past query_start_loc[B] untouched).
+void paged_attention_cpu(at::Tensor& out, const at::Tensor& query,
+                         const at::Tensor& kv_cache,
+                         const at::Tensor& query_start_loc,
+                         const at::Tensor& seq_lens,
+                         const at::Tensor& block_table, double scale,
+                         int64_t max_query_len, int64_t max_seq_len);
+
 #ifdef VLLM_MYOPS_WITH_CUDA
 // ---- RMSNorm (CUDA: csrc/layernorm/rms_norm_kernels.cu) ----
 void rms_norm_cuda(at::Tensor& result, const at::Tensor& input,

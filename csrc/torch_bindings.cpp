@@ -40,6 +40,25 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
       "Tensor? bias, int size_k, int size_n, int group_size) -> Tensor");
   ops.impl("w4a16_gemm", c10::kCPU, &w4a16_gemm_cpu);
 
+  // ---- Paged attention ----
+  // KV cache [num_blocks, H_kv, block_size, 2*D] (K in [..., :D], V in
+  // [..., D:]). Writes key/value [T, H_kv, D] into slot_mapping[t] (block
+  // slot / block_size, offset slot % block_size); a slot < 0 is skipped.
+  ops.def(
+      "paged_kv_write(Tensor key, Tensor value, Tensor(a!) kv_cache, "
+      "Tensor slot_mapping) -> ()");
+  ops.impl("paged_kv_write", c10::kCPU, &paged_kv_write_cpu);
+
+  // out[t] = causal softmax(scale * q k^T) v over sequence b's cached
+  // context (seq_lens[b] tokens, its q_len = qsl[b+1] - qsl[b] new ones
+  // last), GQA/MQA by H_q / H_kv; fp32 softmax and accumulation.
+  // max_query_len / max_seq_len are upper bounds (host-side hints).
+  ops.def(
+      "paged_attention(Tensor(a!) out, Tensor query, Tensor kv_cache, "
+      "Tensor query_start_loc, Tensor seq_lens, Tensor block_table, "
+      "float scale, int max_query_len, int max_seq_len) -> ()");
+  ops.impl("paged_attention", c10::kCPU, &paged_attention_cpu);
+
 #ifdef VLLM_MYOPS_WITH_CUDA
   ops.impl("rms_norm", c10::kCUDA, &rms_norm_cuda);
   ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm_cuda);

@@ -8,6 +8,9 @@ them and no fake (meta) implementation is registered. The W4A16 ops
 (`w4a16_repack`, `w4a16_gemm`) return new tensors: each has a
 `torch.library.register_fake` next to its wrapper, which torch.compile (and
 vLLM tracing a linear method's `apply`) uses for the output's metadata.
+The paged attention ops (`paged_kv_write`, `paged_attention`) mutate their
+output and return nothing; they register do-nothing fakes so vLLM's traced
+attention forward has one for every op it calls.
 """
 
 from __future__ import annotations
@@ -104,3 +107,77 @@ def _w4a16_gemm_fake(
 def cpu_kernel_isa() -> str:
     """Vector ISA the CPU kernels use on this machine (avx512, avx2, default)."""
     return str(_ops.cpu_kernel_isa())
+
+
+# ---------------------------------------------------------------------------
+# Paged attention. Formats: vllm_myops/attention/reference.py. Both ops
+# mutate an argument and return nothing; their fakes (torch.compile, vLLM's
+# traced forward) do nothing either.
+# ---------------------------------------------------------------------------
+def paged_kv_write(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Writes key/value [T, H_kv, D] into kv_cache [num_blocks, H_kv,
+    block_size, 2*D] (K in [..., :D], V in [..., D:]) at slot_mapping[t]
+    (int64; block slot // block_size, offset slot % block_size); a negative
+    slot skips its token. Only the first T slots are read."""
+    _ops.paged_kv_write(key, value, kv_cache, slot_mapping)
+
+
+def paged_attention(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    max_query_len: int,
+    max_seq_len: int,
+) -> None:
+    """In place: out[T, H_q, D] = causal attention of query [T, H_q, D] over
+    each sequence's cached context. Sequence b's query rows are
+    query_start_loc[b]:query_start_loc[b+1] (int32 [B+1]); seq_lens[b]
+    (int32 [B]) counts its whole context including those rows, whose keys
+    are already in the cache; block_table (int32 [B, max_blocks]) maps its
+    logical blocks to cache blocks. Rows past query_start_loc[B] are left
+    untouched. max_query_len / max_seq_len are upper bounds."""
+    _ops.paged_attention(
+        out,
+        query,
+        kv_cache,
+        query_start_loc,
+        seq_lens,
+        block_table,
+        scale,
+        max_query_len,
+        max_seq_len,
+    )
+
+
+@torch.library.register_fake("_myops_C::paged_kv_write")
+def _paged_kv_write_fake(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    return None
+
+
+@torch.library.register_fake("_myops_C::paged_attention")
+def _paged_attention_fake(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    max_query_len: int,
+    max_seq_len: int,
+) -> None:
+    return None

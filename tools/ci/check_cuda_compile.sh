@@ -103,7 +103,12 @@ else
   tmp_dirs+=("$work")
 fi
 
-mapfile -t sources < <(find csrc -name '*.cu' | LC_ALL=C sort)
+# CUDA_CHECK_SOURCES (space separated) narrows the check to some files.
+if [[ -n "${CUDA_CHECK_SOURCES:-}" ]]; then
+  read -r -a sources <<<"$CUDA_CHECK_SOURCES"
+else
+  mapfile -t sources < <(find csrc -name '*.cu' | LC_ALL=C sort)
+fi
 [[ ${#sources[@]} -gt 0 ]] || die "no .cu sources under csrc/"
 
 gencode_for() {  # "90a" -> -gencode arch=compute_90a,code=sm_90a

@@ -13,7 +13,7 @@
 #             CUDA_ARCHS=${CUDA_ARCHS:-9.0} pip install --no-build-isolation --no-deps -e .
 #             Skipped when the sources did not change since the last build on this
 #             (warm) machine. Every other stage builds first if needed.
-#   test      VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels -q
+#   test      VLLM_MYOPS_TEST_SCOPE=full pytest ${TEST_PATHS:-tests/kernels} -q $TEST_ARGS
 #   bench     python -m benchmarks.kernels.benchmark_layernorm, bf16 full sweep, every anchor
 #             present (extra args: BENCH_ARGS="...")
 #   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
@@ -29,7 +29,7 @@
 #             tools/gpu/prepare_device_carry.sh --set serve, all parts received): the
 #             model converted from its wheel (python -m vllm_myops.models), then
 #             `vllm-myops doctor` and `vllm-myops serve` (default mode: torch.compile +
-#             CUDA graphs) -> vllm_up.log
+#             CUDA graphs; more vLLM arguments in VLLM_UP_ARGS) -> vllm_up.log
 #   vllm_tests  the plugin tests against that vLLM: pytest tests/plugin (PLUGIN_TEST_ARGS)
 #             -> vllm_tests.log
 #   e2e       benchmarks.e2e.benchmark_serving, plugin vs native side by side, for each
@@ -301,11 +301,13 @@ stage_test() {
   if [[ "${TEST_WORKERS:-4}" != 0 ]] && "$PY" -c "import xdist" 2>/dev/null; then
     xdist=(-n "${TEST_WORKERS:-4}")
   fi
-  # Extra pytest arguments, e.g. TEST_ARGS="-k cuda".
-  local test_args=()
+  # Test paths (TEST_PATHS, default tests/kernels) and extra pytest arguments
+  # (TEST_ARGS, split on spaces: TEST_ARGS="-k cuda").
+  local test_args=() test_paths=()
+  read -r -a test_paths <<<"${TEST_PATHS:-tests/kernels}"
   read -r -a test_args <<<"${TEST_ARGS:-}"
-  say "test: VLLM_MYOPS_TEST_SCOPE=full pytest tests/kernels ${xdist[*]} ${test_args[*]} (budget ${b}s, log test.log)"
-  VLLM_MYOPS_TEST_SCOPE=full timeout -s INT "$b" "$PY" -m pytest tests/kernels -q -rfE \
+  say "test: VLLM_MYOPS_TEST_SCOPE=full pytest ${test_paths[*]} ${xdist[*]} ${test_args[*]} (budget ${b}s, log test.log)"
+  VLLM_MYOPS_TEST_SCOPE=full timeout -s INT "$b" "$PY" -m pytest "${test_paths[@]}" -q -rfE \
     -p no:cacheprovider "${xdist[@]}" "${test_args[@]}" 2>&1 | tee "$OUT/test.log" | tail -n 25
   rc=${PIPESTATUS[0]}
   line="$(grep -E "(passed|failed|error)" "$OUT/test.log" | tail -n 1)"
@@ -461,8 +463,10 @@ stage_vllm_up() {
     say "vllm_up: vllm-myops serve (default: torch.compile + CUDA graphs)"
     # The converted model by path (what the default resolves to), a fixed KV
     # cache (vLLM would take 92% of the GPU), vLLM's default compile mode.
+    # VLLM_UP_ARGS: more vLLM arguments, e.g. "--quantization myops_w4a16".
+    # shellcheck disable=SC2086
     timeout "$((b - 30))" "$PY" -m vllm_myops.cli serve --model "$model" \
-      -- --kv-cache-memory-bytes $((4 << 30)) 2>&1
+      -- --kv-cache-memory-bytes $((4 << 30)) ${VLLM_UP_ARGS:-} 2>&1
   } >"$OUT/vllm_up.log" 2>&1
   rc=$?
   grep -E "assistant:|output:|=> |ready after|error|Error" "$OUT/vllm_up.log" | tail -n 12 | sed 's/^/  /'

@@ -64,20 +64,28 @@ namespace {
 
 namespace layout = w4a16::cuda_layout;
 
-// ---- Tunables
-// ---------------------------------------------------------------- M from which
-// dequant + cuBLAS is used (the mma kernel re-reads W once per 64-row M tile;
-// cuBLAS bf16 wins somewhere above this).
-constexpr int64_t kDequantMinM = 256;
+// ---- Tunables ---------------------------------------------------------------
+// M from which dequant + cuBLAS is used. Above M = 16 the mma kernel loads A
+// fragments from global memory at every k16 step and re-reads W once per
+// 32-row M tile: on the H200 it took 4.6x cuBLAS's time at M = 64 (NOTES §8),
+// while the dequant pass costs about one read of W plus one write of it in
+// a's dtype.
+constexpr int64_t kDequantMinM = 32;
 constexpr int kWarps = 4;  // warps per GEMM block
 // m16 tiles per block above M = 16. 4 (M tile 64) needs more than the 255
 // registers of a thread with this warp-owns-the-n-tile design (it spills), so
 // M > 16 uses M tiles of 32 until a shared-memory A / split-N variant lands.
 constexpr int kMaxMTiles = 2;
 constexpr int kThreads = kWarps * 32;
-// Split-K bounds: the fewest k-tiles a split gets (so each warp has a
-// pipeline to run) and the most splits (workspace traffic grows with them).
-constexpr int kMinKTilesPerSplit = 2 * kWarps;
+// k-tiles a warp keeps in flight in registers. Decode (one m16 tile) is
+// bound by how many weight bytes are in flight: 4 stages = 3 tiles (6 KB)
+// requested ahead per warp. With two m16 tiles the accumulators leave room
+// for 2.
+template <int kMTiles>
+constexpr int kStagesFor = kMTiles == 1 ? 4 : 2;
+// Split-K bounds: a split gives each warp at least one full ring of k-tiles
+// (kWarps * stages), and at most kMaxSplits splits (workspace traffic grows
+// with them).
 constexpr int kMaxSplits = 16;
 
 // ---- Element types
@@ -224,8 +232,8 @@ __device__ __forceinline__ void load_a_frag(const GemmArgs& p, int row0, int k0,
 // 8j + g a lane multiplies would take while in flight); group_pairs()
 // redistributes them with shuffles once they have arrived.
 struct GroupRaw {
-  uint16_t s_lo, s_hi;
-  uint16_t z_lo, z_hi;  // unused when symmetric
+  uint32_t s2;  // scales of columns 2l (low half) and 2l + 1
+  uint32_t z2;  // zero codes, the same way (unused when symmetric)
 };
 
 __device__ __forceinline__ void load_group(const GemmArgs& p, int group, int n0,
@@ -233,12 +241,13 @@ __device__ __forceinline__ void load_group(const GemmArgs& p, int group, int n0,
   const int64_t row = static_cast<int64_t>(group) * p.n;
   const int n = n0 + 2 * lane;
   // Columns past N: s = 0 (W = 0 there; never stored anyway).
-  gr.s_lo = n < p.n ? load_u16(p.scales, row + n) : uint16_t{0};
-  gr.s_hi = n + 1 < p.n ? load_u16(p.scales, row + n + 1) : uint16_t{0};
-  if (p.zeros != nullptr) {
-    gr.z_lo = n < p.n ? load_u16(p.zeros, row + n) : uint16_t{0};
-    gr.z_hi = n + 1 < p.n ? load_u16(p.zeros, row + n + 1) : uint16_t{0};
-  }
+  const auto pair = [&](const void* base) {
+    const uint32_t lo = n < p.n ? load_u16(base, row + n) : 0u;
+    const uint32_t hi = n + 1 < p.n ? load_u16(base, row + n + 1) : 0u;
+    return lo | (hi << 16);
+  };
+  gr.s2 = pair(p.scales);
+  gr.z2 = p.zeros != nullptr ? pair(p.zeros) : 0u;
 }
 
 // Broadcast pairs for the 8 n8 blocks j of a lane (column 8j + g, held by
@@ -251,10 +260,9 @@ __device__ __forceinline__ void group_pairs(const GemmArgs& p,
   constexpr uint32_t kBaseBits = MmaType<T>::kExponent & 0xffffu;
   const int g = lane / 4;
   const int half_shift = 16 * (g % 2);
-  const uint32_t s2 = gr.s_lo | (static_cast<uint32_t>(gr.s_hi) << 16);
+  const uint32_t s2 = gr.s2;
   const bool has_zeros = p.zeros != nullptr;
-  const uint32_t z2 =
-      has_zeros ? gr.z_lo | (static_cast<uint32_t>(gr.z_hi) << 16) : 0u;
+  const uint32_t z2 = gr.z2;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int src = 4 * j + g / 2;
@@ -370,10 +378,7 @@ __device__ __forceinline__ void compute_stage(const GemmArgs& p, int kt,
 template <typename T, int kMTiles>
 __global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
   constexpr int kRows = 16 * kMTiles;
-  // k-tiles of a warp in flight (registers). With 4 m16 tiles the 128
-  // accumulators leave no room for a second stage; that path relies on
-  // other warps to hide the load latency.
-  constexpr int kStages = kMTiles <= 2 ? 2 : 1;
+  constexpr int kStages = kStagesFor<kMTiles>;
   __shared__ float partial[kRows][layout::kTileN];
 
   const int lane = threadIdx.x % 32;
@@ -474,31 +479,65 @@ __global__ void w4a16_splitk_reduce_kernel(const float* __restrict__ ws,
   }
 }
 
-// W[k, n] = T((q - z) * s) for k < K, n < N, from b_packed; one thread per
-// element, n fastest (coalesced stores; the gathers stay inside a tile).
+// W[k, n] = T((q - z) * s) for k < K, n < N, from b_packed. One block per
+// 64x64 tile: its 512 words go to shared memory with one coalesced 16-byte
+// load per thread, then each thread writes 32 consecutive columns of one row
+// of W (16-byte stores where the run lies inside N). The pass is bound by
+// writing W (4x the bytes it reads).
+constexpr int kDequantThreads = 128;
+static_assert(kDequantThreads * 4 == layout::kTileWords, "a word quad each");
+static_assert(kDequantThreads * 32 == layout::kTileK * layout::kTileN,
+              "32 outputs each");
+
 template <typename T>
-__global__ void w4a16_dequant_kernel(const uint32_t* __restrict__ b,
-                                     const T* __restrict__ scales,
-                                     const T* __restrict__ zeros,
-                                     T* __restrict__ w, int k_size, int n_size,
-                                     int k_tiles, int group_size) {
-  const int64_t total = static_cast<int64_t>(k_size) * n_size;
-  for (int64_t idx =
-           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       idx < total; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int k = static_cast<int>(idx / n_size);
-    const int n = static_cast<int>(idx % n_size);
-    const layout::TileSlot slot =
-        layout::slot_of(k % layout::kTileK, n % layout::kTileN);
-    const int64_t tile =
-        static_cast<int64_t>(n / layout::kTileN) * k_tiles + k / layout::kTileK;
-    const uint32_t word = __ldg(b + tile * layout::kTileWords + slot.word);
-    const int q = static_cast<int>((word >> (4 * slot.nibble)) & 0xFu);
-    const int64_t gi = static_cast<int64_t>(k / group_size) * n_size + n;
-    const float z = zeros != nullptr ? cuda::to_float(zeros[gi]) : 8.f;
-    // (q - z) is exact; one product rounded to T, as in the mma path.
-    w[idx] = cuda::from_float<T>((static_cast<float>(q) - z) *
-                                 cuda::to_float(scales[gi]));
+__global__ void __launch_bounds__(kDequantThreads)
+    w4a16_dequant_kernel(const uint4* __restrict__ b,
+                         const T* __restrict__ scales,
+                         const T* __restrict__ zeros, T* __restrict__ w,
+                         int k_size, int n_size, int k_tiles, int group_size) {
+  __shared__ uint4 tile_quads[layout::kTileWords / 4];
+  const int kt = blockIdx.x, nt = blockIdx.y;
+  tile_quads[threadIdx.x] =
+      b[(static_cast<int64_t>(nt) * k_tiles + kt) * (layout::kTileWords / 4) +
+        threadIdx.x];
+  __syncthreads();
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(tile_quads);
+
+  const int kr = threadIdx.x / 2;         // row inside the tile
+  const int c0 = (threadIdx.x % 2) * 32;  // first column inside the tile
+  const int k = kt * layout::kTileK + kr;
+  if (k >= k_size) return;
+  const int n0 = nt * layout::kTileN + c0;
+  const int64_t group_row = static_cast<int64_t>(k / group_size) * n_size;
+  // 16-byte stores need every row start 16-byte aligned: N % 8 == 0.
+  const bool vector_store = n_size % 8 == 0 && n0 + 32 <= n_size;
+  T* dst_row = w + static_cast<int64_t>(k) * n_size + n0;
+#pragma unroll
+  for (int c8 = 0; c8 < 32; c8 += 8) {
+    alignas(16) T vals[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int n = n0 + c8 + i;
+      const layout::TileSlot slot = layout::slot_of(kr, c0 + c8 + i);
+      const uint32_t q = (words[slot.word] >> (4 * slot.nibble)) & 0xFu;
+      float v = 0.f;
+      if (n < n_size) {
+        const float z =
+            zeros != nullptr ? cuda::to_float(zeros[group_row + n]) : 8.f;
+        // (q - z) is exact; one product rounded to T, as in the mma path.
+        v = (static_cast<float>(q) - z) * cuda::to_float(scales[group_row + n]);
+      }
+      vals[i] = cuda::from_float<T>(v);
+    }
+    if (vector_store) {
+      *reinterpret_cast<uint4*>(dst_row + c8) =
+          *reinterpret_cast<const uint4*>(vals);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (n0 + c8 + i < n_size) dst_row[c8 + i] = vals[i];
+      }
+    }
   }
 }
 
@@ -533,9 +572,10 @@ int resident_blocks_per_sm() {
 // used, blocks / (ceil(blocks / slots) * slots). Take the fewest splits
 // within 2% of the best fraction (fewer splits: less workspace traffic,
 // longer per-warp pipelines).
-int choose_splits(int64_t base_blocks, int k_tiles, int64_t slots) {
+int choose_splits(int64_t base_blocks, int k_tiles, int64_t slots,
+                  int min_k_tiles_per_split) {
   const int max_splits =
-      std::max(1, std::min(k_tiles / kMinKTilesPerSplit, kMaxSplits));
+      std::max(1, std::min(k_tiles / min_k_tiles_per_split, kMaxSplits));
   double fill[kMaxSplits + 1] = {};
   double best_fill = 0.0;
   for (int s = 1; s <= max_splits; ++s) {
@@ -573,8 +613,10 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
       static_cast<int64_t>(sms) *
       (m_tiles_per_block == 1 ? resident_blocks_per_sm<T, 1>()
                               : resident_blocks_per_sm<T, kMaxMTiles>());
-  int splits =
-      choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles, slots);
+  const int stages =
+      m_tiles_per_block == 1 ? kStagesFor<1> : kStagesFor<kMaxMTiles>;
+  int splits = choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles,
+                             slots, kWarps * stages);
   const int kt_per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
 
@@ -624,23 +666,29 @@ at::Tensor dequantize_weight(const at::Tensor& b_packed,
                              const std::optional<at::Tensor>& zeros,
                              const w4a16::GemmShape& shape, int group_rows,
                              const at::TensorOptions& options) {
+  TORCH_CHECK(shape.n_tiles <= 65535,
+              "w4a16_gemm: size_n must be <= ", 65535 * w4a16::kTile,
+              " on CUDA (one grid row per 64 columns)");
   at::Tensor w = at::empty({shape.k, shape.n}, options);
-  const int64_t total = shape.k * shape.n;
-  constexpr int kDequantThreads = 256;
-  const int64_t blocks = std::min<int64_t>(
-      w4a16::ceil_div(total, kDequantThreads), int64_t{1} << 20);
-  w4a16_dequant_kernel<T><<<static_cast<unsigned>(blocks), kDequantThreads, 0,
-                            at::cuda::getCurrentCUDAStream()>>>(
-      reinterpret_cast<const uint32_t*>(b_packed.data_ptr<int32_t>()),
-      static_cast<const T*>(scales.data_ptr()),
-      zeros.has_value() ? static_cast<const T*>(zeros->data_ptr()) : nullptr,
-      static_cast<T*>(w.data_ptr()), static_cast<int>(shape.k),
-      static_cast<int>(shape.n), static_cast<int>(shape.k_tiles), group_rows);
+  const dim3 grid(static_cast<unsigned>(shape.k_tiles),
+                  static_cast<unsigned>(shape.n_tiles));
+  w4a16_dequant_kernel<T>
+      <<<grid, kDequantThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>()),
+          static_cast<const T*>(scales.data_ptr()),
+          zeros.has_value() ? static_cast<const T*>(zeros->data_ptr())
+                            : nullptr,
+          static_cast<T*>(w.data_ptr()), static_cast<int>(shape.k),
+          static_cast<int>(shape.n), static_cast<int>(shape.k_tiles),
+          group_rows);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return w;
 }
 
 }  // namespace
+}  // namespace vllm_myops
+
+using namespace vllm_myops;
 
 at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
                            const at::Tensor& scales,
@@ -686,5 +734,3 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
   }
   return out;
 }
-
-}  // namespace vllm_myops

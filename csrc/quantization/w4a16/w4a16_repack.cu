@@ -62,6 +62,9 @@ __global__ void w4a16_repack_kernel(const uint32_t* __restrict__ qweight,
 }
 
 }  // namespace
+}  // namespace vllm_myops
+
+using namespace vllm_myops;
 
 at::Tensor w4a16_repack_cuda(const at::Tensor& qweight, int64_t size_k,
                              int64_t size_n) {
@@ -84,5 +87,3 @@ at::Tensor w4a16_repack_cuda(const at::Tensor& qweight, int64_t size_k,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
-
-}  // namespace vllm_myops

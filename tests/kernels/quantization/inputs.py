@@ -49,9 +49,18 @@ class QuantWeight:
         )
 
     def ref(self, a: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        zeros = None if self.zeros is None else self.zeros.to(torch.int32)
+        """The fp64 reference on a's device (the weight's tensors follow a:
+        the kernel's copies may live on another device)."""
+        dev = a.device
+        zeros = None if self.zeros is None else self.zeros.to(dev, torch.int32)
         return reference.w4a16_gemm_ref(
-            a, self.codes, self.scales, zeros, self.group_size, self.g_idx, bias
+            a,
+            self.codes.to(dev),
+            self.scales.to(dev),
+            zeros,
+            self.group_size,
+            None if self.g_idx is None else self.g_idx.to(dev),
+            bias,
         )
 
 

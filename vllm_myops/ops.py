@@ -61,6 +61,11 @@ FAMILIES: tuple[Family, ...] = (
         title="W4A16 GEMM",
         registration="vllm_myops.quantization.registration",
     ),
+    Family(
+        name="attention",
+        title="paged attention",
+        registration="vllm_myops.attention.registration",
+    ),
 )
 
 OPS: tuple[OpSpec, ...] = (
@@ -83,6 +88,16 @@ OPS: tuple[OpSpec, ...] = (
         family="quantization",
         hook=Hook(HOOK_QUANTIZATION, "myops_w4a16"),
         kernels=("w4a16_gemm", "w4a16_repack"),
+        providers=(PROVIDER,),
+    ),
+    # Every attention layer's forward of `--attention-backend CUSTOM` (a KV
+    # write and the attention over the batch; rows = tokens). Only ours is
+    # counted: vLLM's own backends are not ops of ours.
+    OpSpec(
+        name="paged_attention",
+        family="attention",
+        hook=Hook(HOOK_ATTENTION, "CUSTOM"),
+        kernels=("paged_kv_write", "paged_attention"),
         providers=(PROVIDER,),
     ),
 )

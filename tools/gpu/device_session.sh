@@ -23,6 +23,9 @@
 #   profile   ncu --clock-control none over our kernels for a few shapes; compact table
 #             (python -m benchmarks.kernels.profile_anchors --impls ours $PROFILE_ARGS)
 #   profile_anchors  the same over ours and the anchors side by side ($PROFILE_ANCHOR_ARGS)
+#   profile_w4a16  ncu over the W4A16 GEMM, ours and anchors per case
+#             (python -m benchmarks.kernels.profile_cases benchmarks.kernels.benchmark_w4a16
+#             ${PROFILE_W4A16_ARGS:---m 1,16,64 --nk 28672x4096,4096x14336 --impls ours,mm,marlin})
 #   sanitize  tools/gpu/sanitize.sh: compute-sanitizer memcheck over the CUDA kernel
 #             tests, racecheck + synccheck over a quick subset
 #   vllm_up   vLLM 0.24 + SmolLM2 on this GPU (needs the "serve" carry set, made by
@@ -77,15 +80,15 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [sanitize]=200
+declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test bench bench2 profile profile_anchors sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
+    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
   esac
 done
 [[ ${#stages[@]} -gt 0 ]] || { sed -n '2,58p' "$0"; exit 2; }
@@ -405,6 +408,16 @@ stage_profile() {
     ${PROFILE_ARGS:-$(default_profile_cases)}
 }
 
+stage_profile_w4a16() {
+  ensure_built || { add_summary profile_w4a16 SKIP 0 "no build"; return; }
+  vllm_env >/dev/null 2>&1 || true  # Marlin/Machete when the serve set is unpacked
+  anchor_env
+  # shellcheck disable=SC2086
+  run_ncu_profile profile_w4a16 "$1" "$PY" -m benchmarks.kernels.profile_cases \
+    benchmarks.kernels.benchmark_w4a16 --device cuda --dtype bf16 \
+    ${PROFILE_W4A16_ARGS:---m 1,16,64 --nk 28672x4096,4096x14336 --impls ours,mm,marlin}
+}
+
 stage_profile_anchors() {
   ensure_built || { add_summary profile_anchors SKIP 0 "no build"; return; }
   anchor_env
@@ -524,6 +537,7 @@ for i in "${!stages[@]}"; do
     bench_w4a16) stage_bench_w4a16 "$b" ;;
     profile) stage_profile "$b" ;;
     profile_anchors) stage_profile_anchors "$b" ;;
+    profile_w4a16) stage_profile_w4a16 "$b" ;;
     sanitize) stage_sanitize "$b" ;;
     vllm_up) stage_vllm_up "$b" ;;
     vllm_tests) stage_vllm_tests "$b" ;;

@@ -67,22 +67,21 @@ namespace layout = w4a16::cuda_layout;
 // ---- Tunables ---------------------------------------------------------------
 // M from which dequant + cuBLAS is used. Above M = 16 the mma kernel loads A
 // fragments from global memory at every k16 step and re-reads W once per
-// 32-row M tile: on the H200 it took 4.6x cuBLAS's time at M = 64 (NOTES §8),
-// while the dequant pass costs about one read of W plus one write of it in
-// a's dtype.
-constexpr int64_t kDequantMinM = 32;
+// 32-row M tile; the dequant pass costs a read of W plus a write of it in a's
+// dtype. On the H200 the two paths cross near M = 64 (NOTES §8).
+constexpr int64_t kDequantMinM = 64;
 constexpr int kWarps = 4;  // warps per GEMM block
 // m16 tiles per block above M = 16. 4 (M tile 64) needs more than the 255
 // registers of a thread with this warp-owns-the-n-tile design (it spills), so
 // M > 16 uses M tiles of 32 until a shared-memory A / split-N variant lands.
 constexpr int kMaxMTiles = 2;
 constexpr int kThreads = kWarps * 32;
-// k-tiles a warp keeps in flight in registers. Decode (one m16 tile) is
-// bound by how many weight bytes are in flight: 4 stages = 3 tiles (6 KB)
-// requested ahead per warp. With two m16 tiles the accumulators leave room
-// for 2.
+// k-tiles a warp keeps in flight in registers (a ring: tile i + stages - 1
+// is requested before tile i is used). 4 stages at M <= 16 (248 registers,
+// 2 blocks per SM) measured slower on the H200 than 2 on two of three
+// shapes (NOTES §8): the decode kernel is not bound by bytes in flight.
 template <int kMTiles>
-constexpr int kStagesFor = kMTiles == 1 ? 4 : 2;
+constexpr int kStagesFor = 2;
 // Split-K bounds: a split gives each warp at least one full ring of k-tiles
 // (kWarps * stages), and at most kMaxSplits splits (workspace traffic grows
 // with them).
@@ -481,20 +480,40 @@ __global__ void w4a16_splitk_reduce_kernel(const float* __restrict__ ws,
 
 // W[k, n] = T((q - z) * s) for k < K, n < N, from b_packed. One block per
 // 64x64 tile: its 512 words go to shared memory with one coalesced 16-byte
-// load per thread, then each thread writes 32 consecutive columns of one row
-// of W (16-byte stores where the run lies inside N). The pass is bound by
-// writing W (4x the bytes it reads).
+// load per thread. A thread then writes runs of 8 columns of one row (one
+// 16-byte store; 8 threads cover a row of the tile): the 8 codes of a run
+// sit in 8 words 16 apart at one nibble position (cuda/w4a16_layout.cuh),
+// so the slot is computed once per run and the scales and zeros of the run
+// are one 16-byte load each. The pass is bound by writing W (4x the bytes it
+// reads).
 constexpr int kDequantThreads = 128;
+constexpr int kRunsPerTile = layout::kTileK * layout::kTileN / 8;
 static_assert(kDequantThreads * 4 == layout::kTileWords, "a word quad each");
-static_assert(kDequantThreads * 32 == layout::kTileK * layout::kTileN,
-              "32 outputs each");
+
+template <typename T>
+__device__ __forceinline__ void load_run(const T* __restrict__ src, int n0,
+                                         int n_size, bool vector_ok,
+                                         float (&v)[8]) {
+  if (vector_ok) {
+    alignas(16) T tmp[8];
+    *reinterpret_cast<uint4*>(tmp) = __ldg(reinterpret_cast<const uint4*>(src));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = cuda::to_float(tmp[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] = n0 + i < n_size ? cuda::to_float(src[i]) : 0.f;
+    }
+  }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kDequantThreads)
     w4a16_dequant_kernel(const uint4* __restrict__ b,
                          const T* __restrict__ scales,
                          const T* __restrict__ zeros, T* __restrict__ w,
-                         int k_size, int n_size, int k_tiles, int group_size) {
+                         int k_size, int n_size, int k_tiles, int group_size,
+                         bool groups_aligned16) {
   __shared__ uint4 tile_quads[layout::kTileWords / 4];
   const int kt = blockIdx.x, nt = blockIdx.y;
   tile_quads[threadIdx.x] =
@@ -503,39 +522,39 @@ __global__ void __launch_bounds__(kDequantThreads)
   __syncthreads();
   const uint32_t* words = reinterpret_cast<const uint32_t*>(tile_quads);
 
-  const int kr = threadIdx.x / 2;         // row inside the tile
-  const int c0 = (threadIdx.x % 2) * 32;  // first column inside the tile
-  const int k = kt * layout::kTileK + kr;
-  if (k >= k_size) return;
-  const int n0 = nt * layout::kTileN + c0;
-  const int64_t group_row = static_cast<int64_t>(k / group_size) * n_size;
-  // 16-byte stores need every row start 16-byte aligned: N % 8 == 0.
-  const bool vector_store = n_size % 8 == 0 && n0 + 32 <= n_size;
-  T* dst_row = w + static_cast<int64_t>(k) * n_size + n0;
+  for (int run = threadIdx.x; run < kRunsPerTile; run += kDequantThreads) {
+    const int kr = run / 8, c = (run % 8) * 8;  // row, first column in tile
+    const int k = kt * layout::kTileK + kr;
+    const int n0 = nt * layout::kTileN + c;
+    if (k >= k_size || n0 >= n_size) continue;
+    // 16-byte accesses need N % 8 == 0 (every row start aligned) and a
+    // whole run inside N.
+    const bool vector_ok = n_size % 8 == 0 && n0 + 8 <= n_size;
+    const int64_t g_off = static_cast<int64_t>(k / group_size) * n_size + n0;
+    float s[8], z[8];
+    load_run(scales + g_off, n0, n_size, vector_ok && groups_aligned16, s);
+    if (zeros != nullptr) {
+      load_run(zeros + g_off, n0, n_size, vector_ok && groups_aligned16, z);
+    } else {
 #pragma unroll
-  for (int c8 = 0; c8 < 32; c8 += 8) {
+      for (int i = 0; i < 8; ++i) z[i] = 8.f;
+    }
+    const layout::TileSlot slot = layout::slot_of(kr, c);  // column c + i:
+    const int shift = 4 * slot.nibble;                     // word + 16 i
     alignas(16) T vals[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int n = n0 + c8 + i;
-      const layout::TileSlot slot = layout::slot_of(kr, c0 + c8 + i);
-      const uint32_t q = (words[slot.word] >> (4 * slot.nibble)) & 0xFu;
-      float v = 0.f;
-      if (n < n_size) {
-        const float z =
-            zeros != nullptr ? cuda::to_float(zeros[group_row + n]) : 8.f;
-        // (q - z) is exact; one product rounded to T, as in the mma path.
-        v = (static_cast<float>(q) - z) * cuda::to_float(scales[group_row + n]);
-      }
-      vals[i] = cuda::from_float<T>(v);
+      const uint32_t q = (words[slot.word + 16 * i] >> shift) & 0xFu;
+      // (q - z) is exact; one product rounded to T, as in the mma path.
+      vals[i] = cuda::from_float<T>((static_cast<float>(q) - z[i]) * s[i]);
     }
-    if (vector_store) {
-      *reinterpret_cast<uint4*>(dst_row + c8) =
-          *reinterpret_cast<const uint4*>(vals);
+    T* dst = w + static_cast<int64_t>(k) * n_size + n0;
+    if (vector_ok) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(vals);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        if (n0 + c8 + i < n_size) dst_row[c8 + i] = vals[i];
+        if (n0 + i < n_size) dst[i] = vals[i];
       }
     }
   }
@@ -660,6 +679,10 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 template <typename T>
 at::Tensor dequantize_weight(const at::Tensor& b_packed,
                              const at::Tensor& scales,
@@ -680,7 +703,9 @@ at::Tensor dequantize_weight(const at::Tensor& b_packed,
                             : nullptr,
           static_cast<T*>(w.data_ptr()), static_cast<int>(shape.k),
           static_cast<int>(shape.n), static_cast<int>(shape.k_tiles),
-          group_rows);
+          group_rows,
+          aligned16(scales.data_ptr()) &&
+              (!zeros.has_value() || aligned16(zeros->data_ptr())));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return w;
 }

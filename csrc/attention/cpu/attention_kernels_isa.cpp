@@ -78,9 +78,18 @@ Scratch& scratch() {
 }
 
 // ---------------------------------------------------------------------------
-// Portable pieces (DEFAULT and AVX2 builds; the AVX-512 build replaces the
-// hot ones below).
+// The pieces run_item is built from. Portable versions first (DEFAULT and
+// AVX2 builds), then the AVX-512 ones.
+//   to_float(src, dst, n)        n elements of T -> fp32
+//   key_needs_float(p)           whether qk_row reads the fp32 K tile
+//   qk_row(...)                  s[t] = (q . k_t) * mul, t < v; s[t] = -inf
+//                                for v <= t < kTile
+//   softmax_row(s, m, l, acc, d) online softmax update of one row over the
+//                                tile's kTile scores (-inf ones give p = 0):
+//                                s becomes p
+//   pv_rows(p, valid, rows, vf, d, acc)  acc[r] += sum_t p[r][t] * v_t
 // ---------------------------------------------------------------------------
+#if !defined(CPU_CAPABILITY_AVX512)
 template <typename T>
 void to_float(const T* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
@@ -98,51 +107,317 @@ float dot(const float* a, const float* b, int64_t d) {
   return sum;
 }
 
-#if 1  // portable path (AVX-512 specialisation below)
-// scores[t] = (q . k_t) * mul for t < n; K tile in fp32 (kf [n][d]).
-void qk_row(const float* q, const uint16_t* /*q_half*/, const float* kf,
-            const void* const* /*kp*/, int n, int64_t d, float mul,
-            float* scores) {
-  for (int t = 0; t < n; ++t) scores[t] = dot(q, kf + t * d, d) * mul;
+bool key_needs_float(const PagedAttentionParams&) { return true; }
+
+void qk_row(const float* q, const void* /*q_half*/, const float* kf,
+            const void* const* /*kp*/, int v, int64_t d, float mul,
+            bool /*key_float*/, float* s) {
+  for (int t = 0; t < v; ++t) s[t] = dot(q, kf + t * d, d) * mul;
+  for (int t = v; t < kTile; ++t) s[t] = kNegInf;
 }
 
-// In place: scores -> 2^(scores - m_new) for t < n; returns m_new and adds
-// the probabilities to `sum`.
-float exp2_row(float* s, int n, float m_new, float& sum) {
-  float total = 0.f;
-  for (int t = 0; t < n; ++t) {
-    s[t] = std::exp2(s[t] - m_new);
-    total += s[t];
-  }
-  sum = total;
-  return m_new;
-}
-
-float max_row(const float* s, int n) {
+void softmax_row(float* s, float& m, float& l, float* acc, int64_t d) {
   float mx = kNegInf;
-  for (int t = 0; t < n; ++t) mx = std::max(mx, s[t]);
-  return mx;
+  for (int t = 0; t < kTile; ++t) mx = std::max(mx, s[t]);
+  const float m_new = std::max(m, mx);
+  float sum = 0.f;
+  for (int t = 0; t < kTile; ++t) {
+    s[t] = std::exp2(s[t] - m_new);  // exp2(-inf) = 0
+    sum += s[t];
+  }
+  if (m_new != m) {
+    const float corr = std::exp2(m - m_new);  // 0 for the first tile
+    for (int64_t i = 0; i < d; ++i) acc[i] *= corr;
+    l *= corr;
+    m = m_new;
+  }
+  l += sum;
 }
 
-// acc[r][:] += sum_t p[r][t] * vf[t][:] for t < valid[r], rows [0, R).
-void pv_rows(const float* p, const int* valid, int rows, const float* vf,
-             int64_t d, float* acc) {
+// acc[r] += sum_{t < valid[r]} p[r * prs + t * pts] * v_t, V rows of any
+// element type (the fp32 tile or the cache itself).
+template <typename V>
+void pv_rows(const float* p, int64_t prs, int64_t pts, const int* valid,
+             int rows, const V* const* vrows, int64_t d, float* acc) {
   for (int r = 0; r < rows; ++r) {
     float* a = acc + r * d;
-    const float* pr = p + r * kTile;
     for (int t = 0; t < valid[r]; ++t) {
-      const float w = pr[t];
-      const float* v = vf + t * d;
-      for (int64_t i = 0; i < d; ++i) a[i] += w * v[i];
+      const float w = p[r * prs + t * pts];
+      const V* v = vrows[t];
+      for (int64_t i = 0; i < d; ++i) a[i] += w * static_cast<float>(v[i]);
     }
   }
 }
 
-void scale_row(float* a, int64_t d, float c) {
-  for (int64_t i = 0; i < d; ++i) a[i] *= c;
+#else  // CPU_CAPABILITY_AVX512
+inline __m512 load_as_float(const c10::BFloat16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 load_as_float(const c10::Half* p) {
+  return _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-constexpr bool kKeyNeedsFloat = true;
+template <typename T>
+void to_float(const T* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, load_as_float(src + i));
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+// Lane i of the result = the sum of the 16 lanes of a[i] (a transpose-add:
+// 45 shuffles/adds for 16 dot products instead of 16 horizontal sums).
+inline __m512 reduce16(__m512* a) {
+  __m512 b[8];
+  for (int i = 0; i < 8; ++i) {
+    // Per 128-bit lane: (a0+a2, b0+b2, a1+a3, b1+b3).
+    b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  }
+  __m512 c[4];
+  for (int i = 0; i < 4; ++i) {
+    // Per 128-bit lane: the partial sums of 4 inputs, in input order.
+    const __m512d x = _mm512_castps_pd(b[2 * i]);
+    const __m512d y = _mm512_castps_pd(b[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // c[k]: 128-bit chunk j holds the partials (over input lanes 4j..4j+3) of
+  // inputs 4k..4k+3. Add the 4 chunks of each c[k] and place c[k]'s sums in
+  // chunk k.
+  const __m512 d01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 d23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d01, d23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(d01, d23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// 2^x for x <= 0 (or -inf): 2^round(x) * poly(x - round(x)); vscalefps
+// underflows to exactly 0 (x is clamped to -150 first, so -inf gives 0).
+// Degree-7 Taylor on [-0.5, 0.5]: relative error < 1e-8 before rounding.
+inline __m512 exp2_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-150.f));
+  const __m512 n =
+      _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 y = _mm512_set1_ps(1.5252734e-05f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.5403530e-04f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3333558e-03f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.6181291e-03f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.5504109e-02f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.4022651e-01f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.9314718e-01f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+
+  #define MYOPS_BF16_TARGET \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+bool key_needs_float(const PagedAttentionParams& p) {
+  return !(p.dtype == DType::kBFloat16 && cpu_has_avx512_bf16());
+}
+
+// bf16 q . k for up to 16 tokens with vdpbf16ps (bf16 pairs multiplied
+// exactly, summed in fp32), straight from the cache. NC = D / 32 chunks
+// (0: runtime d with a possible half chunk).
+template <int NC>
+MYOPS_BF16_TARGET inline __m512 dots16_bf16(const uint16_t* q,
+                                            const void* const* kp, int cnt,
+                                            int64_t d) {
+  const int nc = NC > 0 ? NC : int(d / 32);
+  const bool half = NC == 0 && d % 32 != 0;
+  __m512i qv[NC > 0 ? NC : 1];
+  if constexpr (NC > 0) {
+    for (int c = 0; c < NC; ++c) qv[c] = _mm512_loadu_si512(q + 32 * c);
+  }
+  __m512 acc[16];
+  for (int t = 0; t < 16; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    if (t >= cnt) continue;
+    const uint16_t* k = static_cast<const uint16_t*>(kp[t]);
+    for (int c = 0; c < nc; ++c) {
+      const __m512i qc = NC > 0 ? qv[c] : _mm512_loadu_si512(q + 32 * c);
+      acc[t] = _mm512_dpbf16_ps(
+          acc[t], (__m512bh)_mm512_loadu_si512(k + 32 * c), (__m512bh)qc);
+    }
+    if (half) {
+      const __m512i qh = _mm512_maskz_loadu_epi16(0xFFFF, q + 32 * nc);
+      const __m512i kh = _mm512_maskz_loadu_epi16(0xFFFF, k + 32 * nc);
+      acc[t] = _mm512_dpbf16_ps(acc[t], (__m512bh)kh, (__m512bh)qh);
+    }
+  }
+  return reduce16(acc);
+}
+
+MYOPS_BF16_TARGET void qk_row_bf16(const void* q_half, const void* const* kp,
+                                   int v, int64_t d, float mul, float* s) {
+  const uint16_t* q = static_cast<const uint16_t*>(q_half);
+  const __m512 vm = _mm512_set1_ps(mul);
+  for (int g = 0; g < kTile; g += 16) {
+    const int cnt = std::clamp(v - g, 0, 16);
+    __m512 sv = _mm512_set1_ps(kNegInf);
+    if (cnt > 0) {
+      __m512 dots;
+      switch (d) {
+        case 64:
+          dots = dots16_bf16<2>(q, kp + g, cnt, d);
+          break;
+        case 128:
+          dots = dots16_bf16<4>(q, kp + g, cnt, d);
+          break;
+        case 256:
+          dots = dots16_bf16<8>(q, kp + g, cnt, d);
+          break;
+        default:
+          dots = dots16_bf16<0>(q, kp + g, cnt, d);
+          break;
+      }
+      sv = _mm512_mask_mul_ps(sv, __mmask16((1u << cnt) - 1), dots, vm);
+    }
+    _mm512_storeu_ps(s + g, sv);
+  }
+}
+
+// fp32 q . k for up to 16 tokens of the converted tile. NC = D / 16.
+template <int NC>
+inline __m512 dots16_f32(const float* q, const float* kf, int cnt, int64_t d) {
+  const int nc = NC > 0 ? NC : int(d / 16);
+  __m512 acc[16];
+  for (int t = 0; t < 16; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    if (t >= cnt) continue;
+    const float* k = kf + t * d;
+    for (int c = 0; c < nc; ++c)
+      acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c),
+                               _mm512_loadu_ps(k + 16 * c), acc[t]);
+  }
+  return reduce16(acc);
+}
+
+void qk_row(const float* q, const void* q_half, const float* kf,
+            const void* const* kp, int v, int64_t d, float mul, bool key_float,
+            float* s) {
+  if (!key_float) return qk_row_bf16(q_half, kp, v, d, mul, s);
+  const __m512 vm = _mm512_set1_ps(mul);
+  for (int g = 0; g < kTile; g += 16) {
+    const int cnt = std::clamp(v - g, 0, 16);
+    __m512 sv = _mm512_set1_ps(kNegInf);
+    if (cnt > 0) {
+      const float* k = kf + g * d;
+      __m512 dots;
+      switch (d) {
+        case 64:
+          dots = dots16_f32<4>(q, k, cnt, d);
+          break;
+        case 128:
+          dots = dots16_f32<8>(q, k, cnt, d);
+          break;
+        default:
+          dots = dots16_f32<0>(q, k, cnt, d);
+          break;
+      }
+      sv = _mm512_mask_mul_ps(sv, __mmask16((1u << cnt) - 1), dots, vm);
+    }
+    _mm512_storeu_ps(s + g, sv);
+  }
+}
+
+static_assert(kTile == 32, "softmax_row handles two vectors of scores");
+
+void softmax_row(float* s, float& m, float& l, float* acc, int64_t d) {
+  __m512 s0 = _mm512_loadu_ps(s), s1 = _mm512_loadu_ps(s + 16);
+  const float m_new = std::max(m, _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
+  const __m512 mv = _mm512_set1_ps(m_new);
+  s0 = exp2_ps(_mm512_sub_ps(s0, mv));
+  s1 = exp2_ps(_mm512_sub_ps(s1, mv));
+  _mm512_storeu_ps(s, s0);
+  _mm512_storeu_ps(s + 16, s1);
+  if (m_new != m) {
+    const float corr = std::exp2(m - m_new);  // 0 for the first tile
+    const __m512 cv = _mm512_set1_ps(corr);
+    for (int64_t i = 0; i < d; i += 16)
+      _mm512_storeu_ps(acc + i, _mm512_mul_ps(_mm512_loadu_ps(acc + i), cv));
+    l *= corr;
+    m = m_new;
+  }
+  l += _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+inline __m512 load_as_float(const float* p) { return _mm512_loadu_ps(p); }
+
+// acc[r0 + m][c0 .. c0 + 16 NV) += sum_{t < n} p[(r0 + m) * prs + t * pts]
+// * v_t[c0 ...] for MB rows: MB x NV fp32 accumulators stay in registers
+// over the tile; V rows are the fp32 tile or the cache's own bf16/fp16
+// rows (converted in the load: one conversion per element when one row
+// group reads the tile).
+template <typename V, int MB, int NV>
+inline void pv_block(const float* p, int64_t prs, int64_t pts, int r0, int n,
+                     const V* const* vrows, int64_t d, int64_t c0, float* acc) {
+  __m512 a[MB][NV];
+  for (int m = 0; m < MB; ++m)
+    for (int v = 0; v < NV; ++v)
+      a[m][v] = _mm512_loadu_ps(acc + (r0 + m) * d + c0 + 16 * v);
+  for (int t = 0; t < n; ++t) {
+    __m512 x[NV];
+    for (int v = 0; v < NV; ++v) x[v] = load_as_float(vrows[t] + c0 + 16 * v);
+    for (int m = 0; m < MB; ++m) {
+      const __m512 w = _mm512_set1_ps(p[(r0 + m) * prs + t * pts]);
+      for (int v = 0; v < NV; ++v) a[m][v] = _mm512_fmadd_ps(w, x[v], a[m][v]);
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int v = 0; v < NV; ++v)
+      _mm512_storeu_ps(acc + (r0 + m) * d + c0 + 16 * v, a[m][v]);
+}
+
+template <typename V, int MB>
+inline void pv_group(const float* p, int64_t prs, int64_t pts, int r0, int n,
+                     const V* const* vrows, int64_t d, float* acc) {
+  int64_t c0 = 0;
+  for (; c0 + 64 <= d; c0 += 64)
+    pv_block<V, MB, 4>(p, prs, pts, r0, n, vrows, d, c0, acc);
+  for (; c0 < d; c0 += 16)
+    pv_block<V, MB, 1>(p, prs, pts, r0, n, vrows, d, c0, acc);
+}
+
+// Rows in groups of 4 (4 x 64 fp32 accumulators: 16 of the 32 registers).
+// p is 0 past each row's valid tokens, so a group runs to its longest row.
+template <typename V>
+void pv_rows(const float* p, int64_t prs, int64_t pts, const int* valid,
+             int rows, const V* const* vrows, int64_t d, float* acc) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const int mb = std::min(4, rows - r0);
+    int n = 0;
+    for (int m = 0; m < mb; ++m) n = std::max(n, valid[r0 + m]);
+    if (n == 0) continue;
+    switch (mb) {
+      case 4:
+        pv_group<V, 4>(p, prs, pts, r0, n, vrows, d, acc);
+        break;
+      case 3:
+        pv_group<V, 3>(p, prs, pts, r0, n, vrows, d, acc);
+        break;
+      case 2:
+        pv_group<V, 2>(p, prs, pts, r0, n, vrows, d, acc);
+        break;
+      default:
+        pv_group<V, 1>(p, prs, pts, r0, n, vrows, d, acc);
+        break;
+    }
+  }
+}
+
 #endif
 
 template <typename T>
@@ -161,6 +436,10 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
   const int64_t block_stride = p.num_kv_heads * head_stride;
   const float mul = p.scale * kLog2e;
 
+  const bool key_float = key_needs_float(p);
+  // One row group of 4 reads V straight from the cache (one conversion per
+  // element either way); more rows share one fp32 copy of the tile.
+  const bool v_direct = rows <= 4;
   Scratch& sc = scratch();
   sc.reserve(rows, d);
   float* qf = sc.qf.data();
@@ -174,32 +453,69 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
   std::vector<const T*> q_rows_big(many_rows ? rows : 0);
   const T** qr = many_rows ? q_rows_big.data() : q_rows;
   for (int r = 0; r < rows; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.f;
     const int64_t i = r / g;
     const int64_t hq = w.kv_head * g + r % g;
     qr[r] = static_cast<const T*>(p.query) + (tok0 + i) * p.q_stride_t +
             hq * p.q_stride_h;
-    to_float(qr[r], qf + r * d, d);
-    m[r] = kNegInf;
-    l[r] = 0.f;
+    if (key_float) to_float(qr[r], qf + r * d, d);
   }
   std::fill(acc, acc + rows * d, 0.f);
 
-  const void* kp[kTile];
-  const int64_t first_pos = ctx0 + w.q_begin;  // row 0's position
-  for (int64_t t0 = w.kv_begin; t0 < w.kv_end; t0 += kTile) {
-    const int n = int(std::min<int64_t>(kTile, w.kv_end - t0));
-    for (int t = 0; t < n; ++t) {
-      const int64_t pos = t0 + t;
-      kp[t] = cache + table[pos / bs] * block_stride + w.kv_head * head_stride +
-              (pos % bs) * 2 * d;
+  // Token pointers of the current and the next tile, a block at a time
+  // (one table lookup per block, no division per token). The next tile's
+  // K and V are prefetched while this one is computed: the cache walk is
+  // the memory-bound part of decode, and blocks are scattered, so the
+  // hardware prefetcher cannot run ahead across them.
+  const void* tiles[2][kTile];
+  const int64_t token_elems = 2 * d;
+  const int64_t lines = (token_elems * int64_t(sizeof(T)) + 63) / 64;
+  auto gather = [&](int64_t t0, int n, const void** kp) {
+    int64_t pos = t0;
+    int t = 0;
+    while (t < n) {
+      const int64_t off = pos % bs;
+      const int take = int(std::min<int64_t>(bs - off, n - t));
+      const T* base = cache + table[pos / bs] * block_stride +
+                      w.kv_head * head_stride + off * token_elems;
+      for (int i = 0; i < take; ++i) kp[t + i] = base + i * token_elems;
+      t += take;
+      pos += take;
     }
-    if (kKeyNeedsFloat || p.dtype != DType::kBFloat16) {
-      for (int t = 0; t < n; ++t)
-        to_float(static_cast<const T*>(kp[t]), sc.kf.data() + t * d, d);
+  };
+  auto prefetch = [&](const void* const* kp, int n) {
+    for (int t = 0; t < n; ++t) {
+      const char* c = static_cast<const char*>(kp[t]);
+      for (int64_t i = 0; i < lines; ++i) __builtin_prefetch(c + 64 * i);
+    }
+  };
+  const float* vrows_f[kTile];
+  const T* vrows_t[kTile];
+  auto pv = [&](const float* pp, int64_t prs, int64_t pts, const int* vl,
+                int nrows, float* a) {
+    if (v_direct) {
+      pv_rows(pp, prs, pts, vl, nrows, vrows_t, d, a);
+    } else {
+      pv_rows(pp, prs, pts, vl, nrows, vrows_f, d, a);
+    }
+  };
+  const int64_t first_pos = ctx0 + w.q_begin;  // row 0's position
+  int cur = 0;
+  if (w.kv_begin < w.kv_end)
+    gather(w.kv_begin, int(std::min<int64_t>(kTile, w.kv_end - w.kv_begin)),
+           tiles[0]);
+  for (int64_t t0 = w.kv_begin; t0 < w.kv_end; t0 += kTile, cur ^= 1) {
+    const int n = int(std::min<int64_t>(kTile, w.kv_end - t0));
+    const void* const* kp = tiles[cur];
+    if (t0 + kTile < w.kv_end) {
+      const int n_next = int(std::min<int64_t>(kTile, w.kv_end - t0 - kTile));
+      gather(t0 + kTile, n_next, tiles[cur ^ 1]);
+      prefetch(tiles[cur ^ 1], n_next);
     }
     // Causal limit: row r sees positions <= first_pos + r / g.
     const bool masked = t0 + n - 1 > first_pos;
-    bool any = false;
+    int longest = 0;
     for (int r = 0; r < rows; ++r) {
       int v = n;
       if (masked) {
@@ -207,26 +523,32 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
         v = int(std::clamp<int64_t>(lim, 0, n));
       }
       valid[r] = v;
-      if (v == 0) continue;
-      any = true;
-      float* sr = s + r * kTile;
-      qk_row(qf + r * d, reinterpret_cast<const uint16_t*>(qr[r]), sc.kf.data(),
-             kp, v, d, mul, sr);
-      const float m_new = std::max(m[r], max_row(sr, v));
-      float tile_sum;
-      exp2_row(sr, v, m_new, tile_sum);
-      if (m_new != m[r]) {
-        const float corr = std::exp2(m[r] - m_new);  // 0 for the first tile
-        scale_row(acc + r * d, d, corr);
-        l[r] *= corr;
-        m[r] = m_new;
-      }
-      l[r] += tile_sum;
+      longest = std::max(longest, v);
     }
-    if (!any) continue;
-    for (int t = 0; t < n; ++t)
-      to_float(static_cast<const T*>(kp[t]) + d, sc.vf.data() + t * d, d);
-    pv_rows(s, valid, rows, sc.vf.data(), d, acc);
+    if (longest == 0) continue;  // the whole tile is after every row
+    for (int t = 0; t < longest; ++t) {
+      vrows_t[t] = static_cast<const T*>(kp[t]) + d;
+      if (!v_direct) {
+        float* dst = sc.vf.data() + t * d;
+        to_float(vrows_t[t], dst, d);
+        vrows_f[t] = dst;
+      }
+    }
+    if (key_float) {
+      for (int t = 0; t < longest; ++t)
+        to_float(static_cast<const T*>(kp[t]), sc.kf.data() + t * d, d);
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* sr = s + r * kTile;
+      if (valid[r] == 0) {  // the whole tile is after this row: p = 0
+        std::fill(sr, sr + kTile, 0.f);
+        continue;
+      }
+      qk_row(qf + r * d, qr[r], sc.kf.data(), kp, valid[r], d, mul, key_float,
+             sr);
+      softmax_row(sr, m[r], l[r], acc + r * d, d);
+    }
+    pv(s, kTile, 1, valid, rows, acc);
   }
 
   if (w.partial != nullptr) {

@@ -5,7 +5,8 @@ test_attention_e2e (a script, not a test).
 
 --runs is a JSON list of {"name", "model", "prompts" (a JSON file of
 {"prompts": [[token ids], ...]}), "attention_backend" (null: vLLM's
-default), "mode": "eager"|"compile"}. Each request asks for
+default), "mode": "eager"|"compile", optional "max_model_len" (else
+--max-model-len)}. Each request asks for
 prompt_logprobs=2 (teacher forcing over the prompt: prefill and chunked
 prefill) and --max-tokens greedy tokens with logprobs=2 (decode rows, which
 the scheduler mixes with other prompts' prefill chunks when
@@ -64,7 +65,7 @@ def run_one(spec: dict, args) -> dict:
         model=spec["model"],
         dtype="bfloat16",
         attention_backend=spec.get("attention_backend"),
-        max_model_len=args.max_model_len,
+        max_model_len=spec.get("max_model_len", args.max_model_len),
         max_num_batched_tokens=args.max_num_batched_tokens,
         seed=0,
         kv_cache_memory_bytes=args.kv_cache_mib << 20,

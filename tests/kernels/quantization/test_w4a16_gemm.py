@@ -15,6 +15,9 @@ on 2 cores; VLLM_MYOPS_TEST_SCOPE=full (or --scope full) runs the matrix.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -400,3 +403,78 @@ def test_cpu_isa_paths(isa: str, tmp_path: Path) -> None:
         scope=current_scope(),
         junit_xml=tmp_path / "junit.xml",
     )
+
+
+# ---------------------------------------------------------------------------
+# 6. The avx512 ISA's inner paths (w4a16_kernels.cpp chooses them by M and
+#    CPU features; VLLM_MYOPS_W4A16_CPU_PATH forces one, an error when the
+#    process cannot run it), each rerun on the same tests in a subprocess
+# ---------------------------------------------------------------------------
+CPU_PATH_ENV = "VLLM_MYOPS_W4A16_CPU_PATH"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_path_unavailable(path: str) -> str | None:
+    """Why `path` cannot run in this process's ISA and CPU, or None."""
+    if contract.current_cpu_isa() != "avx512":
+        return f"the CPU kernels run {contract.current_cpu_isa()}, not avx512"
+    flags = _cpu_flags()
+    if path in ("amx", "avx512_bf16") and "avx512_bf16" not in flags:
+        return "CPU without AVX512-BF16"
+    if path == "amx":
+        if not {"amx_bf16", "amx_tile"} <= flags:
+            return "CPU without AMX-BF16"
+        if not torch._C._cpu._init_amx():
+            return "Linux refused the AMX tile state"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["amx", "avx512_bf16", "avx512"])
+def test_cpu_avx512_paths(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """amx: AMX tiles at every M (bf16; fp16 runs fp32); avx512_bf16: the
+    row-block path at M <= 2 and the bf16 panel above (bf16); avx512: fp32
+    FMA for both dtypes. The rerun's tests compare with the fp64 reference."""
+    why = _cpu_path_unavailable(path)
+    if why:
+        pytest.skip(why)
+    monkeypatch.setenv(CPU_PATH_ENV, path)
+    contract.rerun_under_cpu_isa(
+        "avx512",
+        Path(__file__).resolve(),
+        ISA_RERUN_TESTS,
+        scope=current_scope(),
+        junit_xml=tmp_path / "junit.xml",
+    )
+
+
+def test_cpu_path_env_rejects_unknown() -> None:
+    code = (
+        "import torch, vllm_myops._custom_ops as ops\n"
+        "a = torch.zeros(1, 64, dtype=torch.bfloat16)\n"
+        "b = ops.w4a16_repack(torch.zeros(8, 64, dtype=torch.int32), 64, 64)\n"
+        "s = torch.ones(1, 64, dtype=torch.bfloat16)\n"
+        "ops.w4a16_gemm(a, b, s, None, None, 64, 64, -1)\n"
+    )
+    env = dict(os.environ, **{CPU_PATH_ENV: "avx1024"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert CPU_PATH_ENV in proc.stderr and "avx1024" in proc.stderr, proc.stderr

@@ -1,11 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host entry points of the CPU W4A16 ops: argument checks, the repack into
 // the CPU tile arrangement (documented in w4a16_kernels_isa.cpp), the fp32
-// copy of the activations, ISA choice and the launch parallel over n-tiles.
+// copy of the activations, ISA and inner-path choice and the launch
+// parallel over n-tiles.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__x86_64__)
+  #include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+  #include <sys/syscall.h>
+  #include <unistd.h>
+#endif
 
 #include "core/checks.h"
 #include "cpu/isa.h"
@@ -20,6 +32,148 @@ W4A16TilesFn tiles_fn() {
   static const PerIsa<W4A16TilesFn> table =
       MYOPS_PER_ISA_TABLE(w4a16_gemm_tiles);
   return table.get(cpu_isa());
+}
+
+// Row thresholds, measured on this project's loaded 2-core AMX machine
+// with the W4A16 benchmark (benchmarks/NOTES.md section 8): the bf16
+// row-block path is the fastest at M = 1 and ties AMX at M = 2 (AMX wins
+// the small shapes there); without AMX the row-block path was the faster
+// at M <= 2 (the original measurement) and the AVX512-BF16 panel no slower
+// than fp32 FMA from M = 3 (inconclusive at that load: re-measure idle).
+constexpr int64_t kAmxMinM = 2;
+constexpr int64_t kBf16RowsMaxM = 2;
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
+// AMX-BF16 usable: the CPU has it (cpuid leaf 7: EDX bit 22 AMX-BF16, bit
+// 24 AMX-TILE) and Linux grants this process the tile data state (it is
+// off until requested; a refusal, e.g. an old kernel, means no AMX).
+bool amx_usable() {
+#if defined(__linux__) && defined(__x86_64__)
+  static const bool ok = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
+    if (!cpu_has_avx512_bf16()) return false;  // the panel decode uses it
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// VLLM_MYOPS_W4A16_CPU_PATH (read once): "amx", "avx512_bf16" or
+// "avx512" forces that path for every call the avx512 ISA runs (bf16 paths
+// for bf16 activations only; fp16 always runs fp32), so tests can cover
+// each; unset or "auto" chooses by M. A forced path this process cannot run
+// is an error, never a silent fallback.
+enum class Forced { kAuto, kAmx, kBf16, kFp32 };
+
+Forced forced_path() {
+  static const Forced f = [] {
+    const char* env = std::getenv("VLLM_MYOPS_W4A16_CPU_PATH");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return Forced::kAuto;
+    if (v == "amx") return Forced::kAmx;
+    if (v == "avx512_bf16") return Forced::kBf16;
+    if (v == "avx512") return Forced::kFp32;
+    TORCH_CHECK(false,
+                "VLLM_MYOPS_W4A16_CPU_PATH must be auto, amx, "
+                "avx512_bf16 or avx512, got '",
+                v, "'");
+    return Forced::kAuto;
+  }();
+  return f;
+}
+
+// a [m, k] bf16 (row stride >= k) -> ah [round_up(m, 16), lda], zero past
+// k and m, row-major or, for AMX, in tile order: [16-row blocks][32-column
+// steps][16][32], so a tile is 1 KiB contiguous (row-major, its rows would
+// be lda apart, a power of two for most K: one L1 set). sums [m, groups]:
+// the fp32 sum of a over each group (16 lanes: the compiler vectorizes it).
+void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
+                 int64_t groups, int64_t group_rows, bool tile_order,
+                 at::Tensor& ah, at::Tensor& sums) {
+  const auto* src = static_cast<const uint16_t*>(a.data_ptr());
+  const int64_t lds = a.stride(0);
+  auto* dst = static_cast<uint16_t*>(ah.data_ptr());
+  float* sum = sums.data_ptr<float>();
+  const int64_t mp = ah.size(0);
+  const int64_t steps = lda / 32;
+  std::memset(dst, 0, size_t(mp * lda) * sizeof(uint16_t));
+  for (int64_t r = 0; r < m; ++r) {
+    const uint16_t* ar = src + r * lds;
+    if (tile_order) {
+      uint16_t* d = dst + (r / 16 * steps * 16 + r % 16) * 32;
+      for (int64_t k0 = 0; k0 < k; k0 += 32)
+        std::memcpy(d + k0 / 32 * 512, ar + k0,
+                    size_t(std::min<int64_t>(32, k - k0)) * sizeof(uint16_t));
+    } else {
+      std::memcpy(dst + r * lda, ar, size_t(k) * sizeof(uint16_t));
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k0 = g * group_rows;
+      const int64_t k1 = std::min(k, k0 + group_rows);
+      float lane[16] = {};
+      int64_t i = k0;
+      for (; i + 16 <= k1; i += 16)
+        for (int j = 0; j < 16; ++j) {
+          const uint32_t bits = uint32_t(ar[i + j]) << 16;
+          float f;
+          std::memcpy(&f, &bits, sizeof(f));
+          lane[j] += f;
+        }
+      for (int j = 0; i < k1; ++i, ++j) {
+        const uint32_t bits = uint32_t(ar[i]) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof(f));
+        lane[j] += f;
+      }
+      float t = 0.f;
+      for (int j = 0; j < 16; ++j) t += lane[j];
+      sum[r * groups + g] = t;
+    }
+  }
+}
+
+W4A16CpuPath choose_path(at::ScalarType dtype, int64_t m) {
+  const Forced f = forced_path();
+  const bool avx512 = cpu_isa() == CpuIsa::kAvx512;
+  TORCH_CHECK(f == Forced::kAuto || avx512,
+              "VLLM_MYOPS_W4A16_CPU_PATH forces an avx512 path but the CPU "
+              "kernels run the ",
+              cpu_isa_name(cpu_isa()), " ISA");
+  TORCH_CHECK(f != Forced::kAmx || amx_usable(),
+              "VLLM_MYOPS_W4A16_CPU_PATH=amx: AMX-BF16 is not usable here "
+              "(CPU without it, or Linux refused the tile state)");
+  TORCH_CHECK(f != Forced::kBf16 || cpu_has_avx512_bf16(),
+              "VLLM_MYOPS_W4A16_CPU_PATH=avx512_bf16: this CPU lacks "
+              "AVX512-BF16");
+  if (!avx512 || dtype != at::kBFloat16 || f == Forced::kFp32)
+    return W4A16CpuPath::kFp32;
+  const W4A16CpuPath bf16 =
+      m <= kBf16RowsMaxM ? W4A16CpuPath::kBf16Rows : W4A16CpuPath::kBf16Panel;
+  switch (f) {
+    case Forced::kAmx:
+      return W4A16CpuPath::kAmx;
+    case Forced::kBf16:
+      return bf16;
+    default:
+      break;
+  }
+  if (!cpu_has_avx512_bf16()) return W4A16CpuPath::kFp32;
+  if (amx_usable() && m >= kAmxMinM) return W4A16CpuPath::kAmx;
+  return bf16;
 }
 
 }  // namespace
@@ -92,24 +246,30 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   // sum of a over each group for the zero-point term.
   const int64_t k_words = ceil_div(s.k, kPack);
   const int64_t group_rows = group_size == -1 ? s.k : group_size;
-  const int64_t lda = std::max(k_words * kPack, s.groups * group_rows);
-  at::Tensor af = at::zeros({s.m, lda}, a.options().dtype(at::kFloat));
-  af.narrow(1, 0, s.k).copy_(a);
-  // Decode rows in a's dtype too, for the bf16 dot-product path (M <= 2).
-  at::Tensor ah;
-  if (s.m <= 2 && a.scalar_type() == at::kBFloat16) {
-    ah = at::zeros({s.m, lda}, a.options());
-    ah.narrow(1, 0, s.k).copy_(a);
+  // The bf16 paths step K by 32 up to the tile's end.
+  const int64_t lda = std::max(s.k_tiles * kTile, s.groups * group_rows);
+  const cpu::W4A16CpuPath path = cpu::choose_path(a.scalar_type(), s.m);
+  at::Tensor af, ah, sums;
+  if (path == cpu::W4A16CpuPath::kFp32) {
+    af = at::zeros({s.m, lda}, a.options().dtype(at::kFloat));
+    af.narrow(1, 0, s.k).copy_(a);
+    sums = af.narrow(1, 0, s.groups * group_rows)
+               .view({s.m, s.groups, group_rows})
+               .sum(-1)
+               .contiguous();
+  } else {
+    // The bf16 paths read a in bf16 only: one pass copies it (AMX: in tile
+    // order) and sums the groups.
+    ah = at::empty({ceil_div(s.m, 16) * 16, lda}, a.options());
+    sums = at::empty({s.m, s.groups}, a.options().dtype(at::kFloat));
+    cpu::pack_a_bf16(a, s.m, s.k, lda, s.groups, group_rows,
+                     path == cpu::W4A16CpuPath::kAmx, ah, sums);
   }
-  at::Tensor sums = af.narrow(1, 0, s.groups * group_rows)
-                        .view({s.m, s.groups, group_rows})
-                        .sum(-1)
-                        .contiguous();
   at::Tensor bias_f;
   if (bias.has_value() && bias->defined()) bias_f = bias->to(at::kFloat);
 
   cpu::W4A16CpuParams p{};
-  p.a = af.data_ptr<float>();
+  p.a = af.defined() ? af.data_ptr<float>() : nullptr;
   p.a_half = ah.defined() ? ah.data_ptr() : nullptr;
   p.lda = lda;
   p.a_sums = sums.data_ptr<float>();
@@ -126,6 +286,7 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   p.group_rows = group_rows;
   p.groups = s.groups;
   p.dtype = checks::to_dtype(a.scalar_type());
+  p.path = path;
 
   const cpu::W4A16TilesFn fn = cpu::tiles_fn();
   // A small product runs inline: waking threads would cost more.

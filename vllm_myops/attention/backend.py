@@ -313,7 +313,7 @@ class MyopsAttentionImpl(_Impl):  # type: ignore[misc,valid-type]
             attn_metadata.max_seq_len,
         )
         if counters.ENABLED:
-            counters.tick(out.reshape(n, -1), _SLOT)  # rows = tokens
+            counters.tick(out.flatten(1), _SLOT)  # rows = tokens (n may be 0)
         return output
 
 

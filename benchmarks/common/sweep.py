@@ -172,10 +172,24 @@ class Benchmark:
         """Seconds a sweep spends beyond timing (e.g. compiling per shape)."""
         return 0.0
 
+    # The family's targets (benchmarks.common.targets), as data: GPU ones are
+    # also evaluated on a dry run (CPU tensors), to exercise their logic.
+    gpu_targets: Sequence[Any] = ()
+    cpu_targets: Sequence[Any] = ()
+
     def verdicts(
         self, records: Sequence[dict[str, Any]], device_type: str, dry_run: bool
     ) -> list[dict[str, Any]]:
-        return []
+        from benchmarks.common import targets
+
+        cpu = device_type == "cpu" and not dry_run
+        return targets.evaluate(
+            records,
+            self.cpu_targets if cpu else self.gpu_targets,
+            case_fields=self.case_fields,
+            label=self.case_label,
+            anchors=self.anchors,
+        )
 
 
 def compare_outputs(

@@ -760,6 +760,8 @@ class W4A16Benchmark(Benchmark):
     dtypes = DTYPES
     impls = IMPL_CLASSES
     anchors = ANCHORS
+    gpu_targets = GPU_TARGETS
+    cpu_targets = CPU_TARGETS
     cpu_default_impls = CPU_DEFAULT_IMPLS
     plot_panel_fields = ("dtype", "zp", "group")
     plot_shape_fields = ("n", "k", "m")
@@ -870,16 +872,6 @@ class W4A16Benchmark(Benchmark):
             "load_avg_1_5_15_end": _load(),
             "vllm_cpu_int4_w4a8": os.environ.get("VLLM_CPU_INT4_W4A8"),
         }
-
-    def verdicts(self, records, device_type, dry_run):
-        cpu = device_type == "cpu" and not dry_run
-        return T.evaluate(
-            records,
-            CPU_TARGETS if cpu else GPU_TARGETS,
-            case_fields=self.case_fields,
-            label=self.case_label,
-            anchors=ANCHORS,
-        )
 
 
 BENCHMARK = W4A16Benchmark()

@@ -1,0 +1,248 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tools/profile triage: the ncu raw-CSV reader, the decision tree branch by
+branch (tests/tooling/data/ncu/branches.csv: one synthetic row per branch,
+written by make_fixtures.py), the issue's classic case (achieved occupancy
+25%, long_scoreboard 60%), and the verdicts on the NOTES section 4 tables
+rebuilt as ncu rows (notes_anchors, notes_v4_small) through the CLI with the
+layernorm benchmark's bytes model and the H200 baseline's measured ceiling."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tools.profile import __main__ as cli
+from tools.profile import ncu, tree
+from tools.profile import triage as tr
+
+DATA = Path(__file__).parent / "data" / "ncu"
+CEIL = {"bandwidth_bps": 4.25e12, "datasheet_bps": 4.8e12, "flops_per_s": 7.9e14}
+MEMORY = tr.Model(bytes=200e6, **CEIL)
+COMPUTE = tr.Model(bytes=1e6, flops=1e11, **CEIL)
+NO_BYTES = tr.Model(**CEIL)
+
+# row of branches.csv -> (model, path through the tree)
+BRANCHES = {
+    "at_roof": (MEMORY, ["at_roof"]),
+    "at_roof_dram": (NO_BYTES, ["at_roof_dram"]),
+    "extra_bytes_l2_miss": (MEMORY, ["memory_bound", "extra_bytes_l2_miss"]),
+    "extra_bytes": (MEMORY, ["memory_bound", "extra_bytes"]),
+    "narrow_loads": (MEMORY, ["memory_bound", "narrow_loads"]),
+    "few_bytes_in_flight_warps": (
+        MEMORY,
+        ["memory_bound", "few_bytes_in_flight_warps"],
+    ),
+    "few_loads_per_thread": (MEMORY, ["memory_bound", "few_loads_per_thread"]),
+    "l2_bound": (MEMORY, ["memory_bound", "l2_bound"]),
+    "memory_then_latency_other": (
+        MEMORY,
+        ["memory_bound", "memory_other", "latency_other"],
+    ),
+    "small_grid": (MEMORY, ["latency_bound", "small_grid"]),
+    "long_scoreboard_few_warps": (
+        MEMORY,
+        ["latency_bound", "long_scoreboard_few_warps"],
+    ),
+    "long_scoreboard": (MEMORY, ["latency_bound", "long_scoreboard"]),
+    "barrier": (MEMORY, ["latency_bound", "barrier"]),
+    "mio_throttle": (MEMORY, ["latency_bound", "mio_throttle"]),
+    "short_scoreboard": (MEMORY, ["latency_bound", "short_scoreboard"]),
+    "lg_throttle": (MEMORY, ["latency_bound", "lg_throttle"]),
+    "wait": (MEMORY, ["latency_bound", "wait"]),
+    "math_pipe_then_pipe_saturated": (
+        MEMORY,
+        ["latency_bound", "math_pipe", "pipe_saturated"],
+    ),
+    "not_selected": (MEMORY, ["latency_bound", "not_selected"]),
+    "instruction_fetch": (MEMORY, ["latency_bound", "instruction_fetch"]),
+    "few_warps": (MEMORY, ["latency_bound", "few_warps"]),
+    "latency_other": (MEMORY, ["latency_bound", "latency_other"]),
+    "no_tensor_cores": (COMPUTE, ["compute_bound", "no_tensor_cores"]),
+    "tensor_saturated": (COMPUTE, ["compute_bound", "tensor_saturated"]),
+    "pipe_saturated": (COMPUTE, ["compute_bound", "pipe_saturated"]),
+    "issue_bound": (COMPUTE, ["compute_bound", "issue_bound"]),
+    "compute_then_wait": (COMPUTE, ["compute_bound", "compute_other", "wait"]),
+    "bound_unknown_classic": (None, ["bound_unknown", "long_scoreboard_few_warps"]),
+    "sol_compute_no_model": (None, ["compute_bound", "tensor_saturated"]),
+}
+
+
+@pytest.fixture(scope="module")
+def branch_rows() -> dict[str, ncu.Kernel]:
+    return {k.name: k for k in ncu.load(DATA / "branches.csv")}
+
+
+def test_raw_csv_reader_scales_units_and_skips_noise():
+    ks = ncu.load(DATA / "notes_anchors.csv", DATA / "notes_anchors.log")
+    assert len(ks) == 13
+    k = ks[0]
+    assert k.label == "ours rms_norm bf16 8192x8192"
+    assert k.get("gpu__time_duration.sum") == pytest.approx(66.6e3)  # usecond -> ns
+    assert k.get("dram__bytes_read.sum") == pytest.approx(124.8301e6)  # Mbyte -> bytes
+    assert (
+        k.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum") == 4194304
+    )  # "4,194,304"
+    with pytest.raises(ValueError, match="Kernel Name"):
+        ncu.parse_raw_csv("==PROF== nothing\n")
+
+
+def test_tree_is_well_formed():
+    nodes = set(tree.NODES)
+    for node in nodes:
+        rules = [r for r in tree.RULES if r.node == node]
+        assert rules[-1].when == (), f"node {node} must end with an unconditional rule"
+    for r in tree.RULES:
+        assert r.goto is None or r.goto in nodes, r.id
+        assert r.goto is not None or r.next_change, (
+            f"{r.id}: a verdict needs a next change"
+        )
+        for c in r.when:
+            assert c.fact in tree.FACTS, f"{r.id}: fact {c.fact} has no source"
+            assert c.op in tree.OPS or c.op == "missing"
+    assert len({r.id for r in tree.RULES}) == len(tree.RULES)
+
+
+def test_every_branch_has_a_fixture_row():
+    covered = {rule for _, path in BRANCHES.values() for rule in path}
+    assert covered == {r.id for r in tree.RULES}
+
+
+@pytest.mark.parametrize("row", list(BRANCHES))
+def test_branch(row, branch_rows):
+    model, path = BRANCHES[row]
+    t = tr.triage_kernel(branch_rows[row], model)
+    assert t.verdict.path == path
+    final = t.verdict.final
+    assert not re.search(r"\?|\bnan\b", final.text + t.to_dict()["next_change"]), (
+        final.text
+    )
+    assert t.lines()[2].startswith("  verdict: ") or t.lines()[1].startswith(
+        "  verdict: "
+    )
+    # Evidence: every condition of every fired rule, with its value.
+    for step in t.verdict.steps:
+        assert [e[0] for e in step.evidence] == [c.fact for c in step.rule.when]
+
+
+def test_classic_occupancy_25_long_scoreboard_60(branch_rows):
+    t = tr.triage_kernel(branch_rows["long_scoreboard_few_warps"], MEMORY)
+    d = t.to_dict()
+    assert d["verdict"] == (
+        "latency-bound on global loads with too few warps: achieved occupancy 25%, "
+        "long_scoreboard 60% of warp cycles"
+    )
+    assert d["next_change"] == (
+        "raise bytes in flight (more loads in flight per thread / more warps: limiter "
+        "registers (32 registers/thread: 2 blocks of 256 threads per SM))"
+    )
+    ev = {e["fact"]: (e["value"], e["threshold"]) for e in d["evidence"]}
+    assert ev["occupancy_pct"] == (25.0, "< 40")
+    assert ev["stall_long_scoreboard_pct"] == (pytest.approx(60.0), ">= 40")
+    # The same answer from occupancy and stalls alone (no SOL, no model),
+    # the limiter estimated from registers and block size.
+    t2 = tr.triage_kernel(branch_rows["bound_unknown_classic"], None)
+    assert t2.verdict.final.rule.id == "long_scoreboard_few_warps"
+    assert (
+        "limiter registers (128 registers/thread: 2 blocks of 256 threads per SM, sm_90 estimate)"
+        in (t2.to_dict()["next_change"])
+    )
+
+
+def test_occupancy_limits_match_the_notes():
+    # NOTES "Wave steps": 96 threads x 122 registers -> 5 rows per SM;
+    # 128 x 59 -> 8; v4: 5 x 128 threads at 72 registers -> 7.
+    assert tr.occupancy_limits(122, 96)["launch__occupancy_limit_registers"] == 5
+    assert tr.occupancy_limits(59, 128)["launch__occupancy_limit_registers"] == 8
+    assert tr.occupancy_limits(72, 128)["launch__occupancy_limit_registers"] == 7
+
+
+# NOTES section 4, "The anchors that still win": ours loses where it holds the
+# row in registers (too few warps, registers the limiter); the anchors that
+# win are at the roof; the others have warps but one load in flight each.
+NOTES_ANCHORS = [
+    ("ours rms_norm bf16 8192x8192", "few_bytes_in_flight_warps"),
+    ("compile rms_norm bf16 8192x8192", "at_roof"),
+    ("vllm rms_norm bf16 8192x8192", "few_loads_per_thread"),
+    ("liger rms_norm bf16 8192x8192", "few_loads_per_thread"),
+    ("ours rms_norm bf16 32768x4096", "at_roof"),
+    ("compile rms_norm bf16 32768x4096", "few_loads_per_thread"),
+    ("ours fused_add_rms_norm bf16 8192x4096", "few_bytes_in_flight_warps"),
+    ("compile fused_add_rms_norm bf16 8192x4096", "few_loads_per_thread"),
+    ("vllm fused_add_rms_norm bf16 8192x4096", "at_roof"),
+    ("liger fused_add_rms_norm bf16 8192x4096", "at_roof"),
+    ("ours fused_add_rms_norm bf16 1024x8192", "few_bytes_in_flight_warps"),
+    ("vllm fused_add_rms_norm bf16 1024x8192", "few_loads_per_thread"),
+    ("liger fused_add_rms_norm bf16 1024x8192", "few_loads_per_thread"),
+]
+
+
+def test_cli_on_the_notes_tables(tmp_path, capsys):
+    out = tmp_path / "v.json"
+    rc = cli.main([
+        "triage", str(DATA / "notes_anchors.csv"), "--log", str(DATA / "notes_anchors.log"),
+        "--benchmark", "benchmarks.kernels.benchmark_layernorm",
+        "--results", "benchmarks/results/baselines/h200/layernorm_bf16.json", "--json", str(out),
+    ])  # fmt: skip
+    assert rc == 0
+    got = [(d["label"], d["rule"]) for d in json.loads(out.read_text())]
+    assert got == NOTES_ANCHORS
+    text = capsys.readouterr().out
+    assert (
+        "limiter: registers (59 registers/thread: 4 blocks of 256 threads per SM"
+        in text
+    )
+    # The 16-row cases: launch/latency-bound (NOTES: ~6% occupancy, one block per SM).
+    rc = cli.main([
+        "triage", str(DATA / "notes_v4_small.csv"), "--log", str(DATA / "notes_v4_small.log"),
+        "--benchmark", "benchmarks.kernels.benchmark_layernorm", "--bandwidth-gbps", "4250",
+        "--json", str(out),
+    ])  # fmt: skip
+    assert rc == 0
+    assert [d["rule"] for d in json.loads(out.read_text())] == [
+        "small_grid",
+        "small_grid",
+    ]
+
+
+def test_explicit_bytes_and_unknown_case(tmp_path):
+    out = tmp_path / "v.json"
+    cli.main([
+        "triage", str(DATA / "branches.csv"), "--kernel", "0", "--bytes", "200e6",
+        "--bandwidth-gbps", "4250", "--json", str(out),
+    ])  # fmt: skip
+    assert json.loads(out.read_text())[0]["rule"] == "at_roof"
+    with pytest.raises(SystemExit, match="not one of layernorm's cases"):
+        cli.main([
+            "triage", str(DATA / "notes_anchors.csv"), "--case", "rms_norm bf16 3x3",
+            "--benchmark", "benchmarks.kernels.benchmark_layernorm",
+        ])  # fmt: skip
+
+
+def test_ncu_command_and_missing_ncu(monkeypatch):
+    cmd = ncu.profile_command(
+        "/tmp/x",
+        ncu.benchmark_program("benchmarks.kernels.benchmark_w4a16", ["--m", "1"]),
+    )
+    assert cmd[:3] == ["ncu", "--clock-control", "none"]
+    for s in (
+        "SpeedOfLight",
+        "Occupancy",
+        "LaunchStats",
+        "MemoryWorkloadAnalysis",
+        "WarpStateStats",
+    ):
+        assert s in cmd
+    assert cmd[-4:] == [
+        "benchmarks.kernels.profile_cases",
+        "benchmarks.kernels.benchmark_w4a16",
+        "--m",
+        "1",
+    ]
+    monkeypatch.setattr(ncu.shutil, "which", lambda _: None)
+    with pytest.raises(RuntimeError, match="ncu not on PATH"):
+        ncu.run_profile("/tmp/x", ["true"])
+    with pytest.raises(RuntimeError, match="--page raw --csv"):
+        ncu.load("/tmp/report.ncu-rep")

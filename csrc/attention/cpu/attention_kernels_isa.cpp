@@ -23,11 +23,12 @@
 //
 // Vectorised (AVX-512): q . k as 16 tokens at a time (FMA or vdpbf16ps into
 // 16 accumulators, then one transpose-add reduction gives the 16 scores in
-// one vector), exp2 as a polynomial with vscalefps (exact underflow to 0),
-// p * V as 4 rows x 64 columns of fp32 accumulators in registers per pass
-// over the tile (bf16 V widened as even/odd halves of 32-bit pairs, one ALU
-// op per 16 elements). The AVX2 and portable builds use the plain loops
-// below (the compiler vectorises the conversions and p * V).
+// one vector; bf16 D 64/128: 8 tokens x 2 rows, each K load feeding both), exp2
+// as a polynomial with vscalefps (exact underflow to 0), p * V as 4 rows x 64
+// columns of fp32 accumulators in registers per pass over the tile (bf16 V
+// widened as even/odd halves of 32-bit pairs, one ALU op per 16 elements). The
+// AVX2 and portable builds use the plain loops below (the compiler vectorises
+// the conversions and p * V).
 //
 // Measured on the 2-core dev VM (decode, 8 x 2k, 32q/8kv, D 128, bf16, one
 // thread): ~7 ms with the cache in L2, ~14 ms from DRAM (a plain read of
@@ -157,6 +158,11 @@ void pv_rows(const float* p, int64_t prs, int64_t pts, const int* valid,
       for (int64_t i = 0; i < d; ++i) a[i] += w * static_cast<float>(v[i]);
     }
   }
+}
+
+bool qk_rows2(const void*, const void*, const void* const*, int, int, int64_t,
+              float, bool, float*, float*) {
+  return false;
 }
 
 constexpr bool kHavePairs = false;
@@ -302,6 +308,64 @@ MYOPS_BF16_TARGET void qk_row_bf16(const void* q_half, const void* const* kp,
     }
     _mm512_storeu_ps(s + g, sv);
   }
+}
+
+// Two rows at once (bf16, D 64 or 128): 8 tokens x 2 rows per reduction,
+// so each K vector loaded feeds both rows' vdpbf16ps (half the K loads of
+// two qk_row calls). Lanes 0-7 are row a's scores, 8-15 row b's.
+template <int NC>
+MYOPS_BF16_TARGET inline __m512 dots8x2_bf16(const uint16_t* qa,
+                                             const uint16_t* qb,
+                                             const void* const* kp, int cnt) {
+  __m512i va[NC], vb[NC];
+  for (int c = 0; c < NC; ++c) {
+    va[c] = _mm512_loadu_si512(qa + 32 * c);
+    vb[c] = _mm512_loadu_si512(qb + 32 * c);
+  }
+  __m512 acc[16];
+  for (int t = 0; t < 8; ++t) {
+    acc[t] = acc[8 + t] = _mm512_setzero_ps();
+    if (t >= cnt) continue;
+    const uint16_t* k = static_cast<const uint16_t*>(kp[t]);
+    for (int c = 0; c < NC; ++c) {
+      const __m512bh kc = (__m512bh)_mm512_loadu_si512(k + 32 * c);
+      acc[t] = _mm512_dpbf16_ps(acc[t], kc, (__m512bh)va[c]);
+      acc[8 + t] = _mm512_dpbf16_ps(acc[8 + t], kc, (__m512bh)vb[c]);
+    }
+  }
+  return reduce16(acc);
+}
+
+MYOPS_BF16_TARGET void qk_rows2_bf16(const void* qa, const void* qb,
+                                     const void* const* kp, int va, int vb,
+                                     int64_t d, float mul, float* sa,
+                                     float* sb) {
+  const __m512 vm = _mm512_set1_ps(mul);
+  const int v = std::max(va, vb);
+  for (int g = 0; g < kTile; g += 8) {
+    const int cnt = std::clamp(v - g, 0, 8);
+    __m512 sv = _mm512_set1_ps(kNegInf);
+    if (cnt > 0) {
+      const uint16_t* a = static_cast<const uint16_t*>(qa);
+      const uint16_t* b = static_cast<const uint16_t*>(qb);
+      const __m512 dots = d == 64 ? dots8x2_bf16<2>(a, b, kp + g, cnt)
+                                  : dots8x2_bf16<4>(a, b, kp + g, cnt);
+      const unsigned ma = (1u << std::clamp(va - g, 0, 8)) - 1;
+      const unsigned mb = (1u << std::clamp(vb - g, 0, 8)) - 1;
+      sv = _mm512_mask_mul_ps(sv, __mmask16(ma | (mb << 8)), dots, vm);
+    }
+    _mm256_storeu_ps(sa + g, _mm512_castps512_ps256(sv));
+    _mm256_storeu_ps(sb + g, _mm512_extractf32x8_ps(sv, 1));
+  }
+}
+
+// Returns false where the pair path does not apply (then qk_row per row).
+bool qk_rows2(const void* qa, const void* qb, const void* const* kp, int va,
+              int vb, int64_t d, float mul, bool key_float, float* sa,
+              float* sb) {
+  if (key_float || (d != 64 && d != 128)) return false;
+  qk_rows2_bf16(qa, qb, kp, va, vb, d, mul, sa, sb);
+  return true;
 }
 
 // fp32 q . k for up to 16 tokens of the converted tile. NC = D / 16.
@@ -608,6 +672,14 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
       float* sr = s + r * kTile;
       if (valid[r] == 0) {  // the whole tile is after this row: p = 0
         std::fill(sr, sr + kTile, 0.f);
+        continue;
+      }
+      if (r + 1 < rows && valid[r + 1] > 0 &&
+          qk_rows2(qr[r], qr[r + 1], kp, valid[r], valid[r + 1], d, mul,
+                   key_float, sr, sr + kTile)) {
+        softmax_row(sr, m[r], l[r], acc + r * d, d);
+        ++r;
+        softmax_row(sr + kTile, m[r], l[r], acc + r * d, d);
         continue;
       }
       qk_row(qf + r * d, qr[r], sc.kf.data(), kp, valid[r], d, mul, key_float,

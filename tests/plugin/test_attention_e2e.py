@@ -45,7 +45,7 @@ quantity is the same (the bf16 noise floor of the logits), each with the
 figure it bounds.
 
 Time: 7 passed in 326 s on the 2-core machine (load ~3.5 from other
-work): 3 vLLM starts (SmolLM2 57-91 s each, Qwen3 50 s) and their requests
+work), 647 s under a load average of 11-12: 3 vLLM starts (SmolLM2 57-91 s each, Qwen3 50 s) and their requests
 (SmolLM2 CUSTOM 32 s, CPU_ATTN 22 s, Qwen3 6 s), the HF references beside
 them. A rebuild of the extension while it runs kills the engine (the .so
 is replaced under the workers): rerun.

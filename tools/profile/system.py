@@ -290,10 +290,12 @@ def profile_steps(
     trace_path: str | Path,
     name_of: Callable[[int, Any], str],
     warmup: int = 0,
+    until: Callable[[], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run `run_step(i)` n_steps times under torch.profiler, each inside a
-    range; `name_of(i, result)` names step i once it ran (the annotation is
-    rewritten in the saved trace). Returns the trace's events."""
+    """Run `run_step(i)` n_steps times (or until `until()`) under
+    torch.profiler, each inside a range; `name_of(i, result)` names step i
+    once it ran (the annotation is rewritten in the saved trace). Returns the
+    trace's events."""
     import torch  # noqa: PLC0415
 
     for i in range(warmup):
@@ -305,6 +307,8 @@ def profile_steps(
     names = []
     with torch.profiler.profile(activities=acts) as prof:
         for i in range(n_steps):
+            if until is not None and until():
+                break
             with torch.profiler.record_function(f"myops_profile_step_{i}"):
                 r = run_step(i)
                 if cuda:
@@ -376,7 +380,6 @@ def vllm_steps(
             **(llm_kwargs or {}),
         }
         llm = LLM(model=model, **kw)
-    engine = llm.llm_engine
 
     def params() -> Any:
         # A fresh object each time: LLM.generate switches the one it is given
@@ -392,15 +395,35 @@ def vllm_steps(
 
     warm = [{"prompt_token_ids": [5] * prompt_len}]
     llm.generate(warm, params(), use_tqdm=False)
+    events = engine_steps(
+        llm.llm_engine, params, concurrency, prompt_len, decode_steps, trace_path
+    )
+    return events, llm
+
+
+def engine_steps(
+    engine: Any,
+    make_params: Callable[[], Any],
+    concurrency: int,
+    prompt_len: int,
+    decode_steps: int,
+    trace_path: str | Path,
+) -> list[dict[str, Any]]:
+    """Add `concurrency` requests to a vLLM LLMEngine and step it under the
+    profiler until they finish (at most 4x the steps they need). A step is
+    named by its outputs (cumulative token lists): requests whose first token
+    came out were prefilled, those with one more token decoded; a step that
+    emitted nothing (a prefill chunk) is empty."""
     for r in range(concurrency):
         ids = [(7 * r + 3 * j) % 400 + 10 for j in range(prompt_len)]
-        engine.add_request(f"myops-profile-{r}", {"prompt_token_ids": ids}, params())
+        engine.add_request(
+            f"myops-profile-{r}", {"prompt_token_ids": ids}, make_params()
+        )
     produced: dict[str, int] = {}
 
     def run_step(i: int) -> tuple[int, int]:
-        outs = engine.step() if engine.has_unfinished_requests() else []
         first = later = 0
-        for o in outs:
+        for o in engine.step():
             n = len(o.outputs[0].token_ids) if o.outputs else 0
             before = produced.get(o.request_id, 0)
             if n > before:
@@ -415,8 +438,13 @@ def vllm_steps(
         first, later = r
         return step_name(first, first * prompt_len, later, later)
 
-    events = profile_steps(run_step, decode_steps + 1, trace_path, name_of)
-    return events, llm
+    return profile_steps(
+        run_step,
+        4 * (decode_steps + 1),
+        trace_path,
+        name_of,
+        until=lambda: not engine.has_unfinished_requests(),
+    )
 
 
 def torch_model_steps(

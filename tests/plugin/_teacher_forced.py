@@ -141,3 +141,21 @@ def compare(
         "ref_ppl": perplexity(ref),
         "mean_lp_diff_by_quarter": quarters,
     }
+
+
+def report(tag: str, name: str, c: dict) -> str:
+    """One log line of a compare() result: `[tag] name: top-1 ...`."""
+    q = ", ".join(f"{v:.4f}" for v in c["mean_lp_diff_by_quarter"])
+    return (
+        f"[{tag}] {name}: top-1 {c['top1_agreement']:.4f} of {c['positions']}; "
+        f"decisive (ref margin > {c['decisive_margin']}) {c['decisive_agreement']:.4f} "
+        f"of {c['decisive_positions']}; |dlogprob| max {c['max_lp_diff']:.4f} mean "
+        f"{c['mean_lp_diff']:.4f}; by quarter {q}; ppl {c['ppl']:.4f} vs ref "
+        f"{c['ref_ppl']:.4f}; flips at ref margins <= {max(c['flips_at_ref_margin'] or [0])}"
+    )
+
+
+def drift(c: dict) -> float:
+    """Mean |dlogprob| of the last quarter of the positions over the first's."""
+    first, *_, last = c["mean_lp_diff_by_quarter"]
+    return last / first

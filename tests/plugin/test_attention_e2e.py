@@ -195,28 +195,12 @@ def _logs_by_run(stdout: str, names: list[str]) -> dict[str, str]:
     return logs
 
 
-def _report(name: str, c: dict) -> str:
-    q = ", ".join(f"{v:.4f}" for v in c["mean_lp_diff_by_quarter"])
-    return (
-        f"[attention] {name}: top-1 {c['top1_agreement']:.4f} of {c['positions']}; "
-        f"decisive {c['decisive_agreement']:.4f} of {c['decisive_positions']}; "
-        f"|dlogprob| max {c['max_lp_diff']:.4f} mean {c['mean_lp_diff']:.4f}; "
-        f"by quarter {q}; ppl {c['ppl']:.4f} vs ref {c['ref_ppl']:.4f}; "
-        f"flips at ref margins <= {max(c['flips_at_ref_margin'] or [0])}"
-    )
-
-
-def _drift(c: dict) -> float:
-    first, *_, last = c["mean_lp_diff_by_quarter"]
-    return last / first
-
-
 def _check_agreement(c: dict) -> None:
     assert c["decisive_agreement"] == 1.0, c
     assert c["max_lp_diff"] <= MAX_LP_DIFF, c
     assert c["mean_lp_diff"] <= MEAN_LP_DIFF, c
     assert c["top1_agreement"] >= MIN_TOP1, c
-    assert _drift(c) <= MAX_DRIFT_RATIO, c
+    assert teacher_forced.drift(c) <= MAX_DRIFT_RATIO, c
 
 
 @pytest.mark.parametrize(
@@ -256,7 +240,7 @@ def test_smollm2_agreement_with_cpu_attn(attention_runs):
         runs["smollm2-default"]["teacher"],
         DECISIVE_MARGIN,
     )
-    print(_report("SmolLM2 CUSTOM vs CPU_ATTN", c))
+    print(teacher_forced.report("attention", "SmolLM2 CUSTOM vs CPU_ATTN", c))
     _check_agreement(c)
     assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF, c
 
@@ -269,8 +253,10 @@ def test_smollm2_vs_hf_fp32_within_the_cpu_attn_floor(attention_runs):
     floor = teacher_forced.compare(
         runs["smollm2-default"]["teacher"], hf, DECISIVE_MARGIN
     )
-    print(_report("SmolLM2 CPU_ATTN vs HF fp32 (floor)", floor))
-    print(_report("SmolLM2 CUSTOM vs HF fp32", mine))
+    print(
+        teacher_forced.report("attention", "SmolLM2 CPU_ATTN vs HF fp32 (floor)", floor)
+    )
+    print(teacher_forced.report("attention", "SmolLM2 CUSTOM vs HF fp32", mine))
     _check_agreement(mine)
     assert mine["top1_agreement"] >= floor["top1_agreement"] - TOP1_BELOW_FLOOR
     assert mine["mean_lp_diff"] <= MEAN_LP_DIFF_VS_FLOOR * floor["mean_lp_diff"]
@@ -310,6 +296,6 @@ def test_qwen3_vs_hf_fp32(attention_runs):
         attention_runs["refs"]["qwen3"]["teacher"],
         DECISIVE_MARGIN,
     )
-    print(_report("Qwen3 tiny CUSTOM vs HF fp32", c))
+    print(teacher_forced.report("attention", "Qwen3 tiny CUSTOM vs HF fp32", c))
     _check_agreement(c)
     assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF, c

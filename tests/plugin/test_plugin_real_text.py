@@ -177,22 +177,6 @@ def real_text_runs(smollm2_model: Path, tmp_path_factory) -> dict[str, dict]:
     return runs
 
 
-def _report(name: str, c: dict) -> str:
-    q = ", ".join(f"{v:.4f}" for v in c["mean_lp_diff_by_quarter"])
-    return (
-        f"[real-text] {name}: top-1 {c['top1_agreement']:.4f} of {c['positions']}; "
-        f"decisive (ref margin > {c['decisive_margin']}) {c['decisive_agreement']:.4f} "
-        f"of {c['decisive_positions']}; |dlogprob| max {c['max_lp_diff']:.4f} mean "
-        f"{c['mean_lp_diff']:.4f}; by quarter {q}; ppl {c['ppl']:.4f} vs ref "
-        f"{c['ref_ppl']:.4f}; flips at ref margins <= {max(c['flips_at_ref_margin'] or [0])}"
-    )
-
-
-def _drift(c: dict) -> float:
-    first, *_, last = c["mean_lp_diff_by_quarter"]
-    return last / first
-
-
 def test_every_rmsnorm_call_ran_on_the_chosen_provider(real_text_runs):
     """Counters over the whole run (load, warm-up, requests): the myops run
     never called native and the native run never called myops, not even in
@@ -214,13 +198,13 @@ def test_agreement_with_native(real_text_runs):
         real_text_runs["native"]["teacher"],
         DECISIVE_MARGIN,
     )
-    print(_report("myops vs native", c))
+    print(teacher_forced.report("real-text", "myops vs native", c))
     assert c["decisive_agreement"] == 1.0, c
     assert c["max_lp_diff"] <= MAX_LP_DIFF, c
     assert c["mean_lp_diff"] <= MEAN_LP_DIFF, c
     assert c["top1_agreement"] >= MIN_TOP1, c
     assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF, c
-    assert _drift(c) <= MAX_DRIFT_RATIO, c
+    assert teacher_forced.drift(c) <= MAX_DRIFT_RATIO, c
 
 
 def test_agreement_with_hf_fp32_is_within_the_bf16_noise_floor(real_text_runs):
@@ -231,8 +215,8 @@ def test_agreement_with_hf_fp32_is_within_the_bf16_noise_floor(real_text_runs):
     floor = teacher_forced.compare(
         real_text_runs["native"]["teacher"], hf, DECISIVE_MARGIN
     )
-    print(_report("native vs HF fp32 (floor)", floor))
-    print(_report("myops vs HF fp32", mine))
+    print(teacher_forced.report("real-text", "native vs HF fp32 (floor)", floor))
+    print(teacher_forced.report("real-text", "myops vs HF fp32", mine))
     assert mine["decisive_agreement"] == 1.0, mine
     assert mine["max_lp_diff"] <= MAX_LP_DIFF, mine
     assert mine["top1_agreement"] >= floor["top1_agreement"] - TOP1_BELOW_NATIVE
@@ -240,4 +224,4 @@ def test_agreement_with_hf_fp32_is_within_the_bf16_noise_floor(real_text_runs):
     ppl_off = abs(mine["ppl"] / mine["ref_ppl"] - 1)
     floor_off = abs(floor["ppl"] / floor["ref_ppl"] - 1)
     assert ppl_off <= floor_off + MAX_PPL_REL_DIFF, (ppl_off, floor_off)
-    assert _drift(mine) <= MAX_DRIFT_RATIO, mine
+    assert teacher_forced.drift(mine) <= MAX_DRIFT_RATIO, mine

@@ -88,3 +88,18 @@ def test_compare_refuses_runs_over_different_tokens() -> None:
         tf.compare([[_row(1, 0, 1, 0, -1)]], [[_row(2, 0, 2, 0, -1)]], 0.5)
     with pytest.raises(AssertionError):
         tf.compare([[_row(1, 0, 1, 0, -1)]], [[]], 0.5)
+
+
+def test_report_line_and_drift() -> None:
+    # The actual token's logprob drifts away linearly: drift = last / first quarter.
+    mine = [[tf.position_row(1, -1.0 - 0.01 * i, 1, -1.0, -3.0) for i in range(8)]]
+    ref = [[tf.position_row(1, -1.0, 1, -1.0, -3.0) for i in range(8)]]
+    c = tf.compare(mine, ref, 0.5)
+    line = tf.report("tag", "mine vs ref", c)
+    assert line.startswith("[tag] mine vs ref: top-1 1.0000 of 8;")
+    assert "|dlogprob| max 0.0700 mean 0.0350" in line
+    assert (
+        tf.drift(c)
+        == c["mean_lp_diff_by_quarter"][-1] / c["mean_lp_diff_by_quarter"][0]
+    )
+    assert tf.drift(c) > 10

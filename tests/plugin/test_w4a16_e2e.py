@@ -178,15 +178,6 @@ def w4a16_runs(smollm2_model: Path, tmp_path_factory) -> dict:
     return {"runs": runs, "refs": refs, "stdout": stdout}
 
 
-def _report(name: str, c: dict) -> str:
-    return (
-        f"[w4a16] {name}: top-1 {c['top1_agreement']:.4f} of {c['positions']}; "
-        f"decisive {c['decisive_agreement']:.4f} of {c['decisive_positions']}; "
-        f"|dlogprob| max {c['max_lp_diff']:.4f} mean {c['mean_lp_diff']:.4f}; "
-        f"ppl {c['ppl']:.4f} vs ref {c['ref_ppl']:.4f}"
-    )
-
-
 def test_online_rtn_perplexity_within_bound_of_bf16(w4a16_runs):
     online = w4a16_runs["runs"]["online"]["teacher"]
     ref = w4a16_runs["refs"]["bf16"]["teacher"]
@@ -213,7 +204,11 @@ def test_online_rtn_matches_dequantized_hf(w4a16_runs):
     c = teacher_forced.compare(
         mine, w4a16_runs["refs"]["asym128"]["teacher"], DECISIVE_MARGIN
     )
-    print(_report("online RTN g128 asym: ours vs HF fp32 dequantized", c))
+    print(
+        teacher_forced.report(
+            "w4a16", "online RTN g128 asym: ours vs HF fp32 dequantized", c
+        )
+    )
     _check_vs_hf(c)
 
 
@@ -222,18 +217,26 @@ def test_gptq_checkpoint_ours_matches_dequantized_hf(w4a16_runs):
     c = teacher_forced.compare(
         mine, w4a16_runs["refs"]["sym64"]["teacher"], DECISIVE_MARGIN
     )
-    print(_report(f"gptq sym64 ({COMPILED_RUN}): ours vs HF fp32 dequantized", c))
+    print(
+        teacher_forced.report(
+            "w4a16", f"gptq sym64 ({COMPILED_RUN}): ours vs HF fp32 dequantized", c
+        )
+    )
     _check_vs_hf(c)
 
 
 def test_gptq_checkpoint_ours_agrees_with_vllm_gptq(w4a16_runs):
     runs, ref = w4a16_runs["runs"], w4a16_runs["refs"]["sym64"]["teacher"]
     floor = teacher_forced.compare(runs["gptq_vllm"]["teacher"], ref, DECISIVE_MARGIN)
-    print(_report("gptq sym64: vLLM gptq vs HF fp32 dequantized", floor))
+    print(
+        teacher_forced.report(
+            "w4a16", "gptq sym64: vLLM gptq vs HF fp32 dequantized", floor
+        )
+    )
     c = teacher_forced.compare(
         runs["gptq_ours"]["teacher"], runs["gptq_vllm"]["teacher"], DECISIVE_MARGIN
     )
-    print(_report("gptq sym64: ours vs vLLM gptq", c))
+    print(teacher_forced.report("w4a16", "gptq sym64: ours vs vLLM gptq", c))
     _check_vs_hf(floor)  # vLLM's own path is on the reference too
     _check_vs_hf(c)
 
@@ -243,7 +246,11 @@ def test_act_order_asym_checkpoint_matches_dequantized_hf(w4a16_runs):
     c = teacher_forced.compare(
         mine, w4a16_runs["refs"]["act_asym128"]["teacher"], DECISIVE_MARGIN
     )
-    print(_report("act-order asym g128: ours vs HF fp32 dequantized", c))
+    print(
+        teacher_forced.report(
+            "w4a16", "act-order asym g128: ours vs HF fp32 dequantized", c
+        )
+    )
     _check_vs_hf(c)
 
 

@@ -122,6 +122,24 @@ def test_empty_batches(device: str) -> None:
         assert batch.out.isnan().all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_reference_in_place(device: str) -> None:
+    """paged_attention_ref (the backend's debugging stand-in for the op)
+    writes rows 0:qsl[B] rounded once and leaves the rest, like the op; the
+    kernel agrees with it within the tolerance."""
+    from vllm_myops.attention import reference
+
+    batch = make_batch([(1, 30), (4, 9)], 8, 2, 64, 16, torch.bfloat16, device=device)
+    expected = batch.expected()
+    ref_out = batch.out.clone()
+    reference.paged_attention_ref(ref_out, *batch.args()[1:])
+    n = batch.num_rows
+    assert torch.equal(ref_out[:n], expected.to(ref_out.dtype))
+    assert ref_out[n:].isnan().all()
+    _run(batch)
+    assert_attention_close(batch, expected)
+
+
 # ---------------------------------------------------------------------------
 # 2. Numerics
 # ---------------------------------------------------------------------------

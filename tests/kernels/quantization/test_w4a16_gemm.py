@@ -444,9 +444,10 @@ def _cpu_path_unavailable(path: str) -> str | None:
 def test_cpu_avx512_paths(
     path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """amx: AMX tiles at every M (bf16; fp16 runs fp32); avx512_bf16: the
-    row-block path at M <= 2 and the bf16 panel above (bf16); avx512: fp32
-    FMA for both dtypes. The rerun's tests compare with the fp64 reference."""
+    """amx: AMX tiles at every M (fp16 as two exact bf16 planes); avx512_bf16:
+    the row-block path at M <= 2 and the bf16 panel above (bf16; fp16 runs
+    fp32); avx512: fp32 FMA for both dtypes. The rerun's tests compare with
+    the fp64 reference at the same tolerance as every other path."""
     why = _cpu_path_unavailable(path)
     if why:
         pytest.skip(why)

@@ -7,9 +7,11 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #if defined(__x86_64__)
   #include <cpuid.h>
@@ -42,6 +44,10 @@ W4A16TilesFn tiles_fn() {
 // than fp32 FMA from M = 3 (inconclusive at that load: re-measure idle).
 constexpr int64_t kAmxMinM = 2;
 constexpr int64_t kBf16RowsMaxM = 2;
+// fp16 a runs AMX on two bf16 planes (twice the tile products): fp32 FMA
+// tied it at M = 4 and lost from M = 8 (its time grows with M, AMX's
+// barely: the decode dominates).
+constexpr int64_t kAmxMinMFp16 = 5;
 
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__)
@@ -73,10 +79,10 @@ bool amx_usable() {
 }
 
 // VLLM_MYOPS_W4A16_CPU_PATH (read once): "amx", "avx512_bf16" or
-// "avx512" forces that path for every call the avx512 ISA runs (bf16 paths
-// for bf16 activations only; fp16 always runs fp32), so tests can cover
-// each; unset or "auto" chooses by M. A forced path this process cannot run
-// is an error, never a silent fallback.
+// "avx512" forces that path for every call the avx512 ISA runs (amx: both
+// dtypes; avx512_bf16: bf16 activations, fp16 runs fp32), so tests can
+// cover each; unset or "auto" chooses by M. A forced path this process cannot
+// run is an error, never a silent fallback.
 enum class Forced { kAuto, kAmx, kBf16, kFp32 };
 
 Forced forced_path() {
@@ -96,30 +102,42 @@ Forced forced_path() {
   return f;
 }
 
-// a [m, k] bf16 (row stride >= k) -> ah [round_up(m, 16), lda], zero past
-// k and m, row-major or, for AMX, in tile order: [16-row blocks][32-column
-// steps][16][32], so a tile is 1 KiB contiguous (row-major, its rows would
-// be lda apart, a power of two for most K: one L1 set). sums [m, groups]:
-// the fp32 sum of a over each group (16 lanes: the compiler vectorizes it).
+// a [m, k] (row stride >= k) -> ah: bf16 [planes, round_up(m, 16), lda],
+// zero past k and m, row-major or, for AMX, in tile order: [16-row blocks]
+// [32-column steps][16][32], so a tile is 1 KiB contiguous (row-major, its
+// rows would be lda apart, a power of two for most K: one L1 set). bf16 a:
+// one plane, a itself. fp16 a (AMX): two, hi = bf16(a) and lo = a - hi,
+// exact (11 significant bits; fp16's range is inside bf16's normal range).
+// sums [m, groups]: the fp32 sum of a over each group (16 lanes, which the
+// compiler vectorizes).
+template <typename T>
 void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
                  int64_t groups, int64_t group_rows, bool tile_order,
                  at::Tensor& ah, at::Tensor& sums) {
-  const auto* src = static_cast<const uint16_t*>(a.data_ptr());
+  constexpr bool kSplit = std::is_same_v<T, c10::Half>;
+  const T* src = static_cast<const T*>(a.data_ptr());
   const int64_t lds = a.stride(0);
-  auto* dst = static_cast<uint16_t*>(ah.data_ptr());
+  auto* dst = static_cast<c10::BFloat16*>(ah.data_ptr());
   float* sum = sums.data_ptr<float>();
-  const int64_t mp = ah.size(0);
+  const int64_t mp = ah.size(-2);
+  const int64_t plane = mp * lda;
   const int64_t steps = lda / 32;
-  std::memset(dst, 0, size_t(mp * lda) * sizeof(uint16_t));
+  std::memset(static_cast<void*>(dst), 0,
+              size_t(ah.numel()) * sizeof(uint16_t));
   for (int64_t r = 0; r < m; ++r) {
-    const uint16_t* ar = src + r * lds;
-    if (tile_order) {
-      uint16_t* d = dst + (r / 16 * steps * 16 + r % 16) * 32;
-      for (int64_t k0 = 0; k0 < k; k0 += 32)
-        std::memcpy(d + k0 / 32 * 512, ar + k0,
-                    size_t(std::min<int64_t>(32, k - k0)) * sizeof(uint16_t));
-    } else {
-      std::memcpy(dst + r * lda, ar, size_t(k) * sizeof(uint16_t));
+    const T* ar = src + r * lds;
+    c10::BFloat16* d =
+        tile_order ? dst + (r / 16 * steps * 16 + r % 16) * 32 : dst + r * lda;
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t idx = tile_order ? i / 32 * 512 + i % 32 : i;
+      if constexpr (kSplit) {
+        const float f = float(ar[i]);
+        const c10::BFloat16 hi(f);
+        d[idx] = hi;
+        d[plane + idx] = c10::BFloat16(std::isfinite(f) ? f - float(hi) : 0.f);
+      } else {
+        d[idx] = ar[i];
+      }
     }
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t k0 = g * group_rows;
@@ -127,18 +145,8 @@ void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
       float lane[16] = {};
       int64_t i = k0;
       for (; i + 16 <= k1; i += 16)
-        for (int j = 0; j < 16; ++j) {
-          const uint32_t bits = uint32_t(ar[i + j]) << 16;
-          float f;
-          std::memcpy(&f, &bits, sizeof(f));
-          lane[j] += f;
-        }
-      for (int j = 0; i < k1; ++i, ++j) {
-        const uint32_t bits = uint32_t(ar[i]) << 16;
-        float f;
-        std::memcpy(&f, &bits, sizeof(f));
-        lane[j] += f;
-      }
+        for (int j = 0; j < 16; ++j) lane[j] += float(ar[i + j]);
+      for (int j = 0; i < k1; ++i, ++j) lane[j] += float(ar[i]);
       float t = 0.f;
       for (int j = 0; j < 16; ++j) t += lane[j];
       sum[r * groups + g] = t;
@@ -159,8 +167,12 @@ W4A16CpuPath choose_path(at::ScalarType dtype, int64_t m) {
   TORCH_CHECK(f != Forced::kBf16 || cpu_has_avx512_bf16(),
               "VLLM_MYOPS_W4A16_CPU_PATH=avx512_bf16: this CPU lacks "
               "AVX512-BF16");
-  if (!avx512 || dtype != at::kBFloat16 || f == Forced::kFp32)
-    return W4A16CpuPath::kFp32;
+  if (!avx512 || f == Forced::kFp32) return W4A16CpuPath::kFp32;
+  if (dtype != at::kBFloat16) {  // fp16: AMX on two bf16 planes, or fp32
+    const bool amx = f == Forced::kAmx ||
+                     (f == Forced::kAuto && amx_usable() && m >= kAmxMinMFp16);
+    return amx ? W4A16CpuPath::kAmx : W4A16CpuPath::kFp32;
+  }
   const W4A16CpuPath bf16 =
       m <= kBf16RowsMaxM ? W4A16CpuPath::kBf16Rows : W4A16CpuPath::kBf16Panel;
   switch (f) {
@@ -260,10 +272,18 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   } else {
     // The bf16 paths read a in bf16 only: one pass copies it (AMX: in tile
     // order) and sums the groups.
-    ah = at::empty({ceil_div(s.m, 16) * 16, lda}, a.options());
+    const bool fp16 = a.scalar_type() == at::kHalf;
+    ah = at::empty({fp16 ? 2 : 1, ceil_div(s.m, 16) * 16, lda},
+                   a.options().dtype(at::kBFloat16));
     sums = at::empty({s.m, s.groups}, a.options().dtype(at::kFloat));
-    cpu::pack_a_bf16(a, s.m, s.k, lda, s.groups, group_rows,
-                     path == cpu::W4A16CpuPath::kAmx, ah, sums);
+    const bool tile_order = path == cpu::W4A16CpuPath::kAmx;
+    if (fp16) {
+      cpu::pack_a_bf16<c10::Half>(a, s.m, s.k, lda, s.groups, group_rows,
+                                  tile_order, ah, sums);
+    } else {
+      cpu::pack_a_bf16<c10::BFloat16>(a, s.m, s.k, lda, s.groups, group_rows,
+                                      tile_order, ah, sums);
+    }
   }
   at::Tensor bias_f;
   if (bias.has_value() && bias->defined()) bias_f = bias->to(at::kFloat);
@@ -271,6 +291,7 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   cpu::W4A16CpuParams p{};
   p.a = af.defined() ? af.data_ptr<float>() : nullptr;
   p.a_half = ah.defined() ? ah.data_ptr() : nullptr;
+  p.a_rows = ah.defined() ? ah.size(1) : 0;
   p.lda = lda;
   p.a_sums = sums.data_ptr<float>();
   p.b = b_packed.data_ptr<int32_t>();

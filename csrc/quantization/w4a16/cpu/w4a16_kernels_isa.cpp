@@ -24,23 +24,25 @@
 // are applied once per group (sum_k a[k] per group comes from the host).
 // Symmetric weights with c = 8 need no correction at all. Accumulation is
 // fp32 throughout; the output is rounded once to the dtype. The BF16 paths
-// (bf16 activations; vdpbf16ps or AMX tdpbf16ps) multiply a by q' in bf16:
-// q' in [-8, 7] is exact in bf16, a already is bf16, and the products are
-// exact in fp32, so only the fp32 sums round, as in the other paths (both
+// (vdpbf16ps or AMX tdpbf16ps) multiply a by q' in bf16: q' in [-8, 7] is
+// exact in bf16, bf16 a already is bf16 (fp16 a is split exactly into
+// hi + lo, two bf16 products), and the products are exact in fp32, so only
+// the fp32 sums round, as in the other paths (both
 // instructions flush bf16 denormals, |a| < 2^-126, to zero: far below the
 // output's rounding). The weight is never rounded to bf16: the scale is
 // applied to the fp32 partial sum of each group.
 //
 // Paths (the host picks one per call: W4A16CpuPath, w4a16_kernels.cpp):
-// - fp32 (every ISA; fp16 activations always): each n-tile is done for
+// - fp32 (every ISA; fp16 activations below AMX's M): each n-tile is done for
 //   blocks of up to 4 rows of a at a time, 4 x 64 (AVX-512) or 4 x 16
 //   (AVX2, 16 ymm registers) fp32 accumulators, so each dequantized weight
 //   vector feeds 4 rows.
 // - bf16 rows (AVX512-BF16, small M): the same blocking with vdpbf16ps.
 // - bf16 panel / AMX (AVX512-BF16 / AMX-BF16, larger M): a chunk of the
 //   n-tile is decoded once into a bf16 panel of q - 8 and every row of a
-//   runs over it (vdpbf16ps, or AMX tdpbf16ps on 16 x 32 tiles of a); see
-//   "Panel paths" below.
+//   runs over it (vdpbf16ps, or AMX tdpbf16ps on 16 x 32 tiles of a; fp16
+//   a goes to AMX as two exact bf16 planes, hi + lo, never rounded to one
+//   bf16); see "Panel paths" below.
 // At M = 1 the time is the weight stream from memory (32 bytes per 64
 // weights of a K-row), hence the software prefetch.
 #include <c10/util/BFloat16.h>
@@ -48,6 +50,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/isa.h"
@@ -519,6 +522,11 @@ struct alignas(64) AmxTileConfig {
   uint8_t rows[16];
 };
 
+// kPlanes = 2 (fp16 a): a = hi + lo, both bf16 (hi = bf16(a), lo = a - hi
+// exactly: fp16's 11 significant bits fit in two bf16), one plane of
+// lda / 32 * 16 rows after the other; each step multiplies both planes by
+// the same B tiles, so the products stay exact.
+template <int kPlanes>
 MYOPS_AMX_TARGET void amx_block(const W4A16CpuParams& p, const int32_t* panel,
                                 int steps, int64_t kc0, const float* sg,
                                 const float* zg, bool correct, int64_t g,
@@ -533,6 +541,7 @@ MYOPS_AMX_TARGET void amx_block(const W4A16CpuParams& p, const int32_t* panel,
     const int rows = int(std::min<int64_t>(32, p.m - m0));
     const uint16_t* a0 = static_cast<const uint16_t*>(p.a_half) +
                          (m0 / 16 * (p.lda / 32) + kc0 / 32) * kATile;
+    const int64_t plane = p.a_rows / 16 * (p.lda / 32) * kATile;
     if (rows > 16) {
       const uint16_t* a1 = a0 + p.lda / 32 * kATile;
       for (int h = 0; h < 2; ++h) {
@@ -542,14 +551,16 @@ MYOPS_AMX_TARGET void amx_block(const W4A16CpuParams& p, const int32_t* panel,
         _tile_zero(3);
         for (int s = 0; s < steps; ++s) {
           const int32_t* b = panel + (s * 4 + 2 * h) * kBTile;
-          _tile_loadd(4, a0 + s * kATile, stride);
-          _tile_loadd(5, a1 + s * kATile, stride);
           _tile_loadd(6, b, 64);
           _tile_loadd(7, b + kBTile, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          for (int pl = 0; pl < kPlanes; ++pl) {
+            _tile_loadd(4, a0 + pl * plane + s * kATile, stride);
+            _tile_loadd(5, a1 + pl * plane + s * kATile, stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
         }
         float* c = part + 32 * h;
         _tile_stored(0, c, kTileN * 4);
@@ -565,14 +576,23 @@ MYOPS_AMX_TARGET void amx_block(const W4A16CpuParams& p, const int32_t* panel,
       for (int s = 0; s < steps; ++s) {
         const int32_t* b = panel + s * 4 * kBTile;
         _tile_loadd(4, a0 + s * kATile, stride);
+        if (kPlanes == 2) _tile_loadd(5, a0 + plane + s * kATile, stride);
         _tile_loadd(6, b, 64);
         _tile_loadd(7, b + kBTile, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
+        if (kPlanes == 2) {
+          _tile_dpbf16ps(0, 5, 6);
+          _tile_dpbf16ps(1, 5, 7);
+        }
         _tile_loadd(6, b + 2 * kBTile, 64);
         _tile_loadd(7, b + 3 * kBTile, 64);
         _tile_dpbf16ps(2, 4, 6);
         _tile_dpbf16ps(3, 4, 7);
+        if (kPlanes == 2) {
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
       }
       _tile_stored(0, part, kTileN * 4);
       _tile_stored(1, part + 16, kTileN * 4);
@@ -583,9 +603,12 @@ MYOPS_AMX_TARGET void amx_block(const W4A16CpuParams& p, const int32_t* panel,
   }
 }
 
-template <bool kAmx>
+// T: a's dtype (scales, zeros, output); fp16 runs AMX only (two planes).
+template <bool kAmx, typename T>
 MYOPS_AMX_TARGET void tiles_panel(const W4A16CpuParams& p, int64_t nt_begin,
                                   int64_t nt_end) {
+  constexpr int kPlanes = std::is_same_v<T, c10::Half> ? 2 : 1;
+  static_assert(kAmx || kPlanes == 1, "the vdpbf16ps panel is bf16 only");
   if (kAmx) {
     AmxTileConfig cfg{};
     cfg.palette_id = 1;
@@ -603,8 +626,7 @@ MYOPS_AMX_TARGET void tiles_panel(const W4A16CpuParams& p, int64_t nt_begin,
   for (int64_t nt = nt_begin; nt < nt_end; ++nt) {
     const int64_t col0 = nt * kTileN;
     const int cols = int(std::min<int64_t>(kTileN, p.n - col0));
-    load_group_params<c10::BFloat16>(p, col0, cols, sbuf.data(), zbuf.data(),
-                                     8);
+    load_group_params<T>(p, col0, cols, sbuf.data(), zbuf.data(), 8);
     const int32_t* bt = p.b + nt * p.k_tiles * 512;
     std::fill(tot.begin(), tot.end(), 0.f);
     for (int64_t g = 0; g < p.groups; ++g) {
@@ -619,13 +641,13 @@ MYOPS_AMX_TARGET void tiles_panel(const W4A16CpuParams& p, int64_t nt_begin,
         decode_panel(lut, bt, kc0 / 8, steps, panel);
         const bool corr = correct && kc0 == k_begin;
         if (kAmx) {
-          amx_block(p, panel, steps, kc0, sg, zg, corr, g, tot.data());
+          amx_block<kPlanes>(p, panel, steps, kc0, sg, zg, corr, g, tot.data());
         } else {
           panel_block_bf16(p, panel, steps, kc0, sg, zg, corr, g, tot.data());
         }
       }
     }
-    store_rows<c10::BFloat16>(p, tot.data(), 0, int(p.m), col0, cols);
+    store_rows<T>(p, tot.data(), 0, int(p.m), col0, cols);
   }
   if (kAmx) _tile_release();
 }
@@ -682,15 +704,19 @@ void MYOPS_CPU_ISA_FN(w4a16_gemm_tiles)(const W4A16CpuParams& p,
       case W4A16CpuPath::kBf16Rows:
         return tiles_bf16(p, nt_begin, nt_end);
       case W4A16CpuPath::kBf16Panel:
-        return tiles_panel<false>(p, nt_begin, nt_end);
+        return tiles_panel<false, c10::BFloat16>(p, nt_begin, nt_end);
       case W4A16CpuPath::kAmx:
-        return tiles_panel<true>(p, nt_begin, nt_end);
-      case W4A16CpuPath::kFp32:
+        return tiles_panel<true, c10::BFloat16>(p, nt_begin, nt_end);
+      default:
         break;
     }
 #endif
     tiles<c10::BFloat16>(p, nt_begin, nt_end);
   } else {
+#if defined(CPU_CAPABILITY_AVX512)
+    if (p.path == W4A16CpuPath::kAmx)
+      return tiles_panel<true, c10::Half>(p, nt_begin, nt_end);
+#endif
     tiles<c10::Half>(p, nt_begin, nt_end);
   }
 }

@@ -17,15 +17,17 @@ enum class W4A16CpuPath : int {
   kFp32 = 0,       // fp32 FMA, 4-row blocks (every ISA)
   kBf16Rows = 1,   // AVX512-BF16, weight decoded per row block (small M)
   kBf16Panel = 2,  // AVX512-BF16, a bf16 panel decoded once for all rows
-  kAmx = 3,        // AMX-BF16 tiles on the same panel
+  kAmx = 3,        // AMX-BF16 tiles on the same panel (bf16 and fp16)
 };
 
 // One GEMM call, in the form the tile loop wants. ATen-free.
 struct W4A16CpuParams {
   const float* a;       // fp32 [m, lda], zero past k
-  const void* a_half;   // bf16 paths: a [round_up(m, 16), lda], zero past
-                        // k and past m (AMX: in tile order, see its path);
+  const void* a_half;   // bf16 paths: a as bf16 [a_rows, lda], zero past
+                        // k and past m (AMX: in tile order; fp16 a: two
+                        // such planes, hi then lo, see the AMX path);
                         // nullptr otherwise
+  int64_t a_rows;       // round_up(m, 16): rows of one a_half plane
   int64_t lda;          // >= k_tiles * 64 and >= groups * group_rows
   const float* a_sums;  // fp32 [m, groups]: sum of a over each group
   const int32_t* b;     // [n_tiles, k_tiles, 512]

@@ -246,3 +246,25 @@ def test_ncu_command_and_missing_ncu(monkeypatch):
         ncu.run_profile("/tmp/x", ["true"])
     with pytest.raises(RuntimeError, match="--page raw --csv"):
         ncu.load("/tmp/report.ncu-rep")
+
+
+def test_w4a16_model_from_the_profile_log_label():
+    # profile_cases prints `IMPL LABEL`; the benchmark's own flags choose the cases.
+    from benchmarks.kernels import benchmark_w4a16 as w4
+
+    models = tr.BenchmarkModels(
+        "benchmarks.kernels.benchmark_w4a16", ["--m", "1,16", "--nk", "28672x4096"]
+    )
+    label, nbytes, flops = models.lookup("marlin bf16 sym g128 M=16 28672x4096")
+    case = {
+        "op": w4.OP,
+        "dtype": "bf16",
+        "zp": "sym",
+        "group": 128,
+        "n": 28672,
+        "k": 4096,
+        "m": 16,
+    }
+    assert label == "bf16 sym g128 M=16 28672x4096"
+    assert nbytes == w4.case_bytes(case) and flops == 2 * 16 * 28672 * 4096
+    assert models.lookup("ours bf16 sym g128 M=7 28672x4096") is None

@@ -125,9 +125,7 @@ def load(path: str | Path, log: str | Path | None = None) -> list[Kernel]:
     return kernels
 
 
-def profile_command(
-    export: str, program: Sequence[str], python: str = sys.executable
-) -> list[str]:
+def profile_command(export: str, program: Sequence[str]) -> list[str]:
     """ncu over a program that brackets its launches with cudaProfilerStart/Stop."""
     return [
         "ncu", "--clock-control", "none", "--profile-from-start", "off",

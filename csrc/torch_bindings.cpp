@@ -64,6 +64,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm_cuda);
   ops.impl("w4a16_repack", c10::kCUDA, &w4a16_repack_cuda);
   ops.impl("w4a16_gemm", c10::kCUDA, &w4a16_gemm_cuda);
+  ops.impl("paged_kv_write", c10::kCUDA, &paged_kv_write_cuda);
+  ops.impl("paged_attention", c10::kCUDA, &paged_attention_cuda);
 #endif
 }
 

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CUDA-only paths of the paged attention kernels (csrc/attention/*.cu) that
+the device-parametrized tests in test_paged_attention.py do not reach:
+
+- the decode kernel's context splits (flash-decoding) and their combine,
+  from one split (many sequences) to the most (one long sequence);
+- G = H_q / H_kv > 16: decode rows go through the prefill kernel;
+- query / out views the kernels cannot read or write directly (odd strides,
+  misaligned starts) go through copies;
+- hints larger than the true maxima;
+- CUDA-graph capture without a host sync, replayed on new inputs;
+- paged_kv_write: a slot past the cache is skipped (CPU raises; CUDA cannot
+  check without a device->host copy), unaligned key rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vllm_myops._custom_ops as ops
+from tests.kernels import contract
+from tests.kernels.attention.inputs import assert_attention_close, make_batch
+from tests.kernels.utils import cuda_devices, scoped
+
+CUDA = cuda_devices()
+
+
+def _run(batch) -> None:
+    ops.paged_attention(*batch.args())
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    scoped(
+        quick=[[(1, 8192)], [(1, 1000)] * 8, [(1, 300)] * 64],
+        full=[[(1, 16384)], [(1, 8192)] * 4, [(1, 1000)] * 8, [(1, 300)] * 128],
+    ),
+    ids=lambda v: f"{len(v)}x{v[0][1]}",
+)
+@pytest.mark.parametrize("device", CUDA)
+def test_decode_splits(device: str, lengths: list) -> None:
+    """Decode batches from one long sequence (many splits) to many short
+    ones (one split), with a few short sequences that fill fewer splits than
+    the longest one."""
+    lengths = list(lengths) + [(1, 5), (1, 70)]
+    for heads, d, dtype in (
+        ((32, 8), 128, torch.bfloat16),
+        ((8, 1), 64, torch.float16),
+        ((8, 2), 256, torch.bfloat16),
+    ):
+        batch = make_batch(lengths, *heads, d, 16, dtype, device=device, seed=21)
+        _run(batch)
+        assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("heads", [(32, 1), (64, 2), (17, 1)])
+@pytest.mark.parametrize("device", CUDA)
+def test_large_group(device: str, heads: tuple[int, int]) -> None:
+    """More q heads per kv head than the decode kernel's m16 tile: decode
+    and prefill rows both run on the prefill kernel."""
+    lengths = [(1, 900), (5, 40), (1, 3), (30, 300)]
+    batch = make_batch(lengths, *heads, 64, 16, torch.bfloat16, device=device)
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_strided_and_misaligned_views(device: str) -> None:
+    """query as a slice of a fused qkv (what vLLM passes), and query / out
+    views the kernels cannot use directly: the results are the same."""
+    lengths = [(1, 200), (17, 60), (1, 33)]
+    hq, hkv, d = 8, 2, 64
+    batch = make_batch(lengths, hq, hkv, d, 16, torch.bfloat16, device=device)
+    expected = batch.expected()
+    rows = batch.query.shape[0]
+    # Fused qkv: rows strided, 16-byte aligned.
+    qkv = torch.zeros(rows, (hq + 2 * hkv) * d, dtype=batch.query.dtype, device=device)
+    qkv[:, : hq * d] = batch.query.flatten(1)
+    batch.query = qkv[:, : hq * d].view(rows, hq, d)
+    _run(batch)
+    assert_attention_close(batch, expected)
+    # Misaligned: one element past a 16-byte boundary (query) and odd row
+    # strides (out), through the kernels' copies.
+    flat = torch.zeros(rows * hq * d + 1, dtype=batch.query.dtype, device=device)
+    flat[1:] = qkv[:, : hq * d].flatten()
+    batch.query = flat[1:].view(rows, hq, d)
+    wide = torch.full(
+        (rows, hq, d + 1), float("nan"), dtype=batch.query.dtype, device=device
+    )
+    batch.out = wide[:, :, :d]
+    _run(batch)
+    assert_attention_close(batch, expected)
+    assert wide[:, :, d].isnan().all()
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_hints_larger_than_maxima(device: str) -> None:
+    lengths = [(1, 500), (9, 120), (0, 30)]
+    batch = make_batch(lengths, 9, 3, 64, 16, torch.float16, device=device)
+    batch.max_query_len = 300
+    batch.max_seq_len = 20000
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("device", CUDA)
+def test_cuda_graph_replay(device: str, mixed: bool) -> None:
+    """Captured once without a host sync, replayed on new query values and
+    new (shorter) seq_lens: the graph reads them from device memory."""
+    lengths = [(1, 3000), (1, 17), (1, 700)]
+    if mixed:
+        lengths += [(40, 100)]
+    batch = make_batch(lengths, 32, 8, 128, 16, torch.bfloat16, device=device, seed=3)
+    graph = contract.capture_without_host_sync(lambda: _run(batch), device)
+    gen = torch.Generator().manual_seed(4)
+    batch.query.copy_(torch.randn(batch.query.shape, generator=gen))
+    batch.out.fill_(float("nan"))
+    # Shorter contexts (same blocks): the last tokens drop out.
+    batch.seq_lens.sub_(torch.tensor([100, 1, 300] + ([0] if mixed else [])).to(device))
+    graph.replay()
+    torch.cuda.synchronize(device)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_kv_write_skips_slots_past_the_cache(device: str) -> None:
+    t, hkv, d, bs = 4, 2, 64, 16
+    key = torch.randn(t, hkv, d).bfloat16().to(device)
+    value = torch.randn(t, hkv, d).bfloat16().to(device)
+    cache = torch.zeros(2, hkv, bs, 2 * d).bfloat16().to(device)
+    slots = torch.tensor([3, 2 * bs, 10**9, -5], dtype=torch.int64, device=device)
+    ops.paged_kv_write(key, value, cache, slots)
+    expected = torch.zeros_like(cache)
+    expected[0, :, 3, :d] = key[0]
+    expected[0, :, 3, d:] = value[0]
+    assert torch.equal(cache, expected)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_kv_write_unaligned_rows(device: str) -> None:
+    """Key rows one element off a 16-byte boundary: the element path."""
+    t, hkv, d, bs = 5, 3, 64, 16
+    flat = torch.randn(t * hkv * d + 1).half().to(device)
+    key = flat[1:].view(t, hkv, d)
+    value = torch.randn(t, hkv, d).half().to(device)
+    cache = torch.zeros(1, hkv, bs, 2 * d).half().to(device)
+    slots = torch.tensor([0, 4, 15, 7, 1], dtype=torch.int64, device=device)
+    ops.paged_kv_write(key, value, cache, slots)
+    for i, s in enumerate(slots.tolist()):
+        assert torch.equal(cache[0, :, s, :d], key[i])
+        assert torch.equal(cache[0, :, s, d:], value[i])

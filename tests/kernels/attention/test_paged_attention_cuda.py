@@ -118,7 +118,8 @@ def test_cuda_graph_replay(device: str, mixed: bool) -> None:
     batch.query.copy_(torch.randn(batch.query.shape, generator=gen))
     batch.out.fill_(float("nan"))
     # Shorter contexts (same blocks): the last tokens drop out.
-    batch.seq_lens.sub_(torch.tensor([100, 1, 300] + ([0] if mixed else [])).to(device))
+    shorter = torch.tensor([100, 1, 300] + ([0] if mixed else []), dtype=torch.int32)
+    batch.seq_lens.sub_(shorter.to(device))
     graph.replay()
     torch.cuda.synchronize(device)
     assert_attention_close(batch)

@@ -62,6 +62,7 @@ import torch
 
 from benchmarks.common import cli, roofline, timing
 from benchmarks.common import targets as T
+from benchmarks.common.impls import ConvertingImpl, load_our_kernels
 from benchmarks.common.sweep import (
     Benchmark,
     CallFn,
@@ -208,45 +209,12 @@ def paged_nhd(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 # ---------------------------------------------------------------------------
 
 
-class AttnImpl(Impl):
-    """An implementation whose KV cache lives in its own layout: convert(s,
-    case) builds it from the set's cache, attached to the set by prepare()
-    before timing (or on first use, e.g. the check's set)."""
+class AttnImpl(ConvertingImpl):
+    """An implementation whose KV cache lives in its own layout, converted
+    from the set's own cache (per set: each set holds its own keys and
+    values) before timing; the case's metadata is shared."""
 
-    def convert(self, s: Any, case: Case) -> Any:
-        return None
-
-    def call(self, s: Any, w: Any, case: Case, meta: dict[str, Any]) -> torch.Tensor:
-        raise NotImplementedError
-
-    @property
-    def key(self) -> str:
-        return f"_kv_{self.name}"
-
-    def supports(self, case: Case) -> None:
-        """Raise Unavailable for a case this implementation cannot run."""
-
-    def make(self, case):
-        self.supports(case)
-        key, call, convert = self.key, self.call, self.convert
-
-        def fn(s):
-            w = s.__dict__.get(key)
-            if w is None:
-                w = convert(s, case)
-                setattr(s, key, w)
-            return call(s, w, case, metadata(case, s.q.device))
-
-        return fn
-
-    def prepare(self, case, sets):
-        for s in sets:
-            if self.key not in s.__dict__:
-                setattr(s, self.key, self.convert(s, case))
-
-    def release(self, sets):
-        for s in sets:
-            s.__dict__.pop(self.key, None)
+    convert_each = True
 
 
 def _vllm(module: str) -> Any:
@@ -278,7 +246,7 @@ class Floor(AttnImpl):
         half = flat.numel() // 2
         return flat[:half], flat[half : 2 * half]
 
-    def call(self, s, w, case, meta):
+    def call(self, s, w, case):
         src, dst = w
         if self.device.type == "cuda":
             torch.neg(src, out=dst)
@@ -293,28 +261,11 @@ class Ours(AttnImpl):
     is_anchor = False
 
     def load(self):
-        from vllm_myops import _extension  # noqa: PLC0415
+        self.ops, note = load_our_kernels(self.device, ("paged_attention",))
+        return note
 
-        if not _extension.is_available():
-            raise Unavailable(
-                f"vllm_myops extension not loadable: {_extension.load_error()}"
-            )
-        self.ops = importlib.import_module("vllm_myops._custom_ops")
-        key = "CUDA" if self.device.type == "cuda" else "CPU"
-        try:
-            has = torch._C._dispatch_has_kernel_for_dispatch_key(
-                "_myops_C::paged_attention", key
-            )
-        except RuntimeError:  # not registered at all
-            has = False
-        if not has:
-            raise Unavailable(
-                f"_myops_C::paged_attention has no {key} kernel "
-                f"(built for {_extension.build_info()})"
-            )
-        return f"build {_extension.build_info()}"
-
-    def call(self, s, w, case, meta):
+    def call(self, s, w, case):
+        meta = metadata(case, s.q.device)
         self.ops.paged_attention(
             s.out,
             s.q,
@@ -336,7 +287,8 @@ class Sdpa(AttnImpl):
     def convert(self, s, case):
         return dense_kv(s, case)
 
-    def call(self, s, w, case, meta):
+    def call(self, s, w, case):
+        meta = metadata(case, s.q.device)
         k, v = w
         hq, _, d = heads_of(case)
         b, ql = case["batch"], q_len(case)
@@ -410,7 +362,8 @@ class CpuAttn(AttnImpl):
         )
         return key_cache, value_cache, sched
 
-    def call(self, s, w, case, meta):
+    def call(self, s, w, case):
+        meta = metadata(case, s.q.device)
         key_cache, value_cache, sched = w
         self.vops.cpu_attention_with_kv_cache(
             query=s.q,
@@ -450,7 +403,8 @@ class FlashAttn(AttnImpl):
     def convert(self, s, case):
         return paged_nhd(s, case)
 
-    def call(self, s, w, case, meta):
+    def call(self, s, w, case):
+        meta = metadata(case, s.q.device)
         k, v = w
         self.varlen(
             q=s.q,
@@ -489,7 +443,8 @@ class Triton(AttnImpl):
     def convert(self, s, case):
         return paged_nhd(s, case)
 
-    def call(self, s, w, case, meta):
+    def call(self, s, w, case):
+        meta = metadata(case, s.q.device)
         k, v = w
         self.fn(
             q=s.q,

@@ -58,6 +58,7 @@ import torch
 
 from benchmarks.common import cli, roofline, timing
 from benchmarks.common import targets as T
+from benchmarks.common.impls import ConvertingImpl, load_our_kernels
 from benchmarks.common.sweep import (
     Benchmark,
     CallFn,
@@ -180,68 +181,9 @@ def dequantized(s: Any, case: Case) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
-def _copy(x: Any) -> Any:
-    """A deep copy of tensors inside tuples (other values shared)."""
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, tuple):
-        return tuple(_copy(v) for v in x)
-    return x
-
-
-class W4Impl(Impl):
-    """An implementation whose weight lives in its own layout: `convert(s,
-    case)` builds it from the set's interchange weight, attached to the set
-    by prepare() before timing (or on first use, e.g. the check's set)."""
-
-    def convert(self, s: Any, case: Case) -> Any:
-        return None
-
-    def call(self, s: Any, w: Any, case: Case) -> torch.Tensor:
-        raise NotImplementedError
-
-    @property
-    def key(self) -> str:
-        return f"_w_{self.name}"
-
-    def make(self, case):
-        self.supports(case)
-        key, call, convert = self.key, self.call, self.convert
-
-        def fn(s):
-            w = s.__dict__.get(key)
-            if w is None:
-                w = convert(s, case)
-                setattr(s, key, w)
-            return call(s, w, case)
-
-        return fn
-
-    def supports(self, case: Case) -> None:
-        """Raise Unavailable for a case this implementation cannot run."""
-
-    # Converting is slow (Python packing) and a cold-cache CPU sweep has
-    # thousands of sets of a small layer: convert the first set once and give
-    # every other set its own copy (own memory, so still cold; the values do
-    # not change the time). Floor's conversion is a view of each set's own
-    # bytes and must run per set.
-    convert_each = False
-
-    def prepare(self, case, sets):
-        first = None
-        for s in sets:
-            if self.key in s.__dict__:
-                continue
-            if self.convert_each or first is None:
-                w = self.convert(s, case)
-                first = first if first is not None else w
-            else:
-                w = _copy(first)
-            setattr(s, self.key, w)
-
-    def release(self, sets):
-        for s in sets:
-            s.__dict__.pop(self.key, None)
+class W4Impl(ConvertingImpl):
+    """An implementation whose weight lives in its own layout (converted from
+    the set's interchange weight before timing)."""
 
 
 class Floor(W4Impl):
@@ -274,28 +216,8 @@ class Ours(W4Impl):
     is_anchor = False
 
     def load(self):
-        from vllm_myops import _extension  # noqa: PLC0415
-
-        if not _extension.is_available():
-            raise Unavailable(
-                f"vllm_myops extension not loadable: {_extension.load_error()}"
-            )
-        self.ops = importlib.import_module("vllm_myops._custom_ops")
-        if not hasattr(self.ops, "w4a16_gemm"):
-            raise Unavailable("vllm_myops._custom_ops has no w4a16_gemm yet")
-        key = "CUDA" if self.device.type == "cuda" else "CPU"
-        for op in ("w4a16_gemm", "w4a16_repack"):
-            try:
-                has = torch._C._dispatch_has_kernel_for_dispatch_key(
-                    f"_myops_C::{op}", key
-                )
-            except RuntimeError:  # not registered at all
-                has = False
-            if not has:
-                raise Unavailable(
-                    f"_myops_C::{op} has no {key} kernel (built for {_extension.build_info()})"
-                )
-        return f"build {_extension.build_info()}"
+        self.ops, note = load_our_kernels(self.device, ("w4a16_gemm", "w4a16_repack"))
+        return note
 
     def convert(self, s, case):
         return self.ops.w4a16_repack(s.qweight, case["k"], case["n"])

@@ -92,14 +92,14 @@
 #include <cuda_fp16.h>
 
 #include "attention/attention_args.h"
-#include "attention/cuda/mma_utils.cuh"
+#include "cuda/mma_utils.cuh"
 #include "cuda/launch.cuh"
 #include "ops.h"
 
 namespace vllm_myops {
 namespace {
 
-using namespace attention::tc;
+using namespace tc;
 
 // ---- Tunables (to be tuned on the H200) -------------------------------------
 constexpr int kWarps = 4;

@@ -55,6 +55,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/dispatch_utils.cuh"
+#include "cuda/mma_utils.cuh"
 #include "ops.h"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
 #include "quantization/w4a16/w4a16_args.h"
@@ -144,24 +145,6 @@ __device__ __forceinline__ uint32_t dequant_pair(uint32_t x, uint32_t zb,
                                                  uint32_t s) {
   using T2 = typename MmaType<T>::T2;
   return as_u32(__hmul2(__hsub2(as_t2<T2>(x), as_t2<T2>(zb)), as_t2<T2>(s)));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
-                                          uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 }
 
 // Streamed once: bypass L1 (the tiles are never re-read by this block).
@@ -362,8 +345,8 @@ __device__ __forceinline__ void compute_stage(const GemmArgs& p, int kt,
       const uint32_t b11 = dequant_pair<T>(codes_pair<T, 3>(q), zb[j1], sc[j1]);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        mma_16816<T>(acc[mt][j0], a[mt], b00, b01);
-        mma_16816<T>(acc[mt][j1], a[mt], b10, b11);
+        tc::mma_16816<T>(acc[mt][j0], a[mt], b00, b01);
+        tc::mma_16816<T>(acc[mt][j1], a[mt], b10, b11);
       }
     }
   }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Tensor-core and async-copy helpers of the paged attention kernels (sm_80+):
+// Tensor-core and async-copy helpers shared by the CUDA kernels (sm_80+):
 // cp.async 16-byte copies with zero fill, ldmatrix, mma.sync m16n8k16 with
 // fp32 accumulation, and the XOR swizzle of the shared-memory tiles.
 #pragma once
@@ -11,7 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace vllm_myops::attention::tc {
+namespace vllm_myops::tc {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -103,4 +103,4 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return uint32_t((row * kChunks + (chunk ^ (row & 7))) * 16);
 }
 
-}  // namespace vllm_myops::attention::tc
+}  // namespace vllm_myops::tc

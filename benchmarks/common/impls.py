@@ -100,3 +100,30 @@ class ConvertingImpl(Impl):
     def release(self, sets):
         for s in sets:
             s.__dict__.pop(self.key, None)
+
+
+class BytesPassFloor(ConvertingImpl):
+    """The floor of a memory-bound case: one pass over the bytes of the set's
+    `operand` tensor (its first half read, its second half written), timed
+    like the op: CUDA torch.neg (an SM pass), CPU Tensor.copy_ (memcpy)."""
+
+    name = "floor"
+    is_anchor = False
+    checked = False
+    convert_each = True  # a view of each set's own bytes
+    operand = ""  # the buffer-set tensor whose bytes the case must stream
+
+    def convert(self, s, case):
+        # The values change; the other implementations' time does not
+        # depend on them.
+        flat = getattr(s, self.operand).view(-1)
+        half = flat.numel() // 2
+        return flat[:half], flat[half : 2 * half]
+
+    def call(self, s, w, case):
+        src, dst = w
+        if self.device.type == "cuda":
+            torch.neg(src, out=dst)
+        else:
+            dst.copy_(src)
+        return dst

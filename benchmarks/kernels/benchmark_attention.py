@@ -62,7 +62,7 @@ import torch
 
 from benchmarks.common import cli, roofline, timing
 from benchmarks.common import targets as T
-from benchmarks.common.impls import ConvertingImpl, load_our_kernels
+from benchmarks.common.impls import BytesPassFloor, ConvertingImpl, load_our_kernels
 from benchmarks.common.sweep import (
     Benchmark,
     CallFn,
@@ -232,27 +232,12 @@ def _need_cuda(device: torch.device) -> None:
         raise Unavailable("CUDA only")
 
 
-class Floor(AttnImpl):
+class Floor(BytesPassFloor):
     name = "floor"
     description = (
         "one pass over the KV-cache bytes (CUDA torch.neg, CPU copy), timed like the op"
     )
-    is_anchor = False
-    checked = False
-
-    def convert(self, s, case):
-        # Halves of the set's own cache: the pass moves exactly its bytes.
-        flat = s.kv.view(-1)
-        half = flat.numel() // 2
-        return flat[:half], flat[half : 2 * half]
-
-    def call(self, s, w, case):
-        src, dst = w
-        if self.device.type == "cuda":
-            torch.neg(src, out=dst)
-        else:
-            dst.copy_(src)
-        return dst
+    operand = "kv"
 
 
 class Ours(AttnImpl):

@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.common import cli, roofline, timing
 from benchmarks.common import targets as T
-from benchmarks.common.impls import ConvertingImpl, load_our_kernels
+from benchmarks.common.impls import BytesPassFloor, ConvertingImpl, load_our_kernels
 from benchmarks.common.sweep import (
     Benchmark,
     CallFn,
@@ -186,28 +186,10 @@ class W4Impl(ConvertingImpl):
     the set's interchange weight before timing)."""
 
 
-class Floor(W4Impl):
+class Floor(BytesPassFloor):
     name = "floor"
     description = "one pass over the int4 weight bytes (CUDA torch.neg, CPU memcpy), timed like the op"
-    is_anchor = False
-    checked = False
-    convert_each = True
-
-    def convert(self, s, case):
-        # Halves of the set's own qweight: the pass moves exactly its bytes
-        # (the codes change; every bit pattern is a valid weight, and the
-        # other implementations' time does not depend on the values).
-        flat = s.qweight.view(-1)
-        half = flat.numel() // 2
-        return flat[:half], flat[half : 2 * half]
-
-    def call(self, s, w, case):
-        src, dst = w
-        if self.device.type == "cuda":
-            torch.neg(src, out=dst)
-        else:
-            dst.copy_(src)
-        return dst
+    operand = "qweight"
 
 
 class Ours(W4Impl):

@@ -470,3 +470,12 @@ def describe_method(method: str) -> str:
         "cpu_loop": "perf_counter loop over K rotating buffer sets (> 3x LLC); per call = pass / K",
         "dry_run": "DRY RUN on CPU tensors: plumbing check only, numbers are meaningless",
     }.get(method, method)
+
+
+def load_average() -> list[float] | None:
+    """The host's 1/5/15-minute load averages (CPU figures on a shared box
+    mean little without them), or None where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None

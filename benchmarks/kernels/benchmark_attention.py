@@ -685,6 +685,7 @@ class AttentionBenchmark(Benchmark):
         args.grid = [g for g in grid if g[0] in kinds]
         args.heads = args.heads or list(HEADS)
         args.block = args.block or [block]
+        self.load_at_start = timing.load_average()
 
     def cases(self, args):
         return [
@@ -726,6 +727,9 @@ class AttentionBenchmark(Benchmark):
             "grid": [list(g) for g in args.grid],
             "heads": args.heads,
             "block": args.block,
+            # A shared 2-core box: CPU numbers mean little without the load.
+            "load_avg_1_5_15_start": getattr(self, "load_at_start", None),
+            "load_avg_1_5_15_end": timing.load_average(),
         }
 
 

@@ -649,13 +649,6 @@ def label(c: Case) -> str:
     return f"{c['dtype']} {c['zp']} {g} M={c['m']} {c['n']}x{c['k']}"
 
 
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 class W4A16Benchmark(Benchmark):
     name = "w4a16"
     title = "W4A16 GEMM"
@@ -736,7 +729,7 @@ class W4A16Benchmark(Benchmark):
         bad_m = [m for m in args.m if m < 1]
         if bad_m:
             raise SystemExit(f"--m: {bad_m}: M must be >= 1 to be timed")
-        self.load_at_start = _load()
+        self.load_at_start = timing.load_average()
 
     def cases(self, args):
         return [
@@ -773,7 +766,7 @@ class W4A16Benchmark(Benchmark):
             "zp": args.zp,
             # A shared 2-core box: CPU numbers mean little without the load.
             "load_avg_1_5_15_start": getattr(self, "load_at_start", None),
-            "load_avg_1_5_15_end": _load(),
+            "load_avg_1_5_15_end": timing.load_average(),
             "vllm_cpu_int4_w4a8": os.environ.get("VLLM_CPU_INT4_W4A8"),
         }
 

@@ -8,6 +8,14 @@ whatever the source: ``w4a16_packed`` (w4a16_repack's layout), ``scales``
 [G, N] and ``zeros`` [G, N] (zero codes as floats; None = symmetric) in the
 activation dtype, and ``w4a16_perm`` [K] (act-order column gather; None
 without act-order). apply() is one w4a16_gemm with the bias fused.
+
+Tensor parallelism: vLLM's parallel linear layers hand each rank its shard
+(column-parallel: N split, K whole; row-parallel: K split, the partial
+products all-reduced by vLLM) and each method works on that shard alone.
+Groups run along K, so a column-parallel shard keeps every group whole;
+a row-parallel shard must hold whole groups (``check_row_parallel_groups``,
+at weight creation), so that every rank quantizes, or reads, exactly the
+groups the unsplit layer has and TP=N serves the TP=1 model.
 """
 
 from __future__ import annotations
@@ -34,6 +42,36 @@ def _set(layer: torch.nn.Module, name: str, t: torch.Tensor | None) -> None:
         setattr(layer, name, None)
     else:
         layer.register_parameter(name, torch.nn.Parameter(t, requires_grad=False))
+
+
+def tp_size_of(layer: torch.nn.Module, input_size: int, size_k: int) -> int:
+    """The layer's tensor-parallel size (vLLM's LinearBase sets tp_size; the
+    input-size ratio for layers built without it)."""
+    return int(getattr(layer, "tp_size", 0) or input_size // max(size_k, 1))
+
+
+def check_row_parallel_groups(
+    prefix: str, input_size: int, size_k: int, tp_size: int, group_size: int
+) -> None:
+    """A row-parallel shard (K split over tp_size ranks) must be a whole
+    number of groups: a group cut by a shard boundary would be quantized
+    (online) or scaled (checkpoint) differently on each rank."""
+    if input_size == size_k:
+        return  # not split along K
+    if group_size == -1:
+        raise ValueError(
+            f"{prefix}: group_size -1 (one group over all of K={input_size}) "
+            f"cannot be computed from a row-parallel shard (K={input_size} split "
+            f"over tensor_parallel_size {tp_size}: {size_k} rows per rank); use a "
+            f"group size that divides {size_k}, or tensor_parallel_size 1"
+        )
+    if size_k % group_size:
+        raise ValueError(
+            f"{prefix}: row-parallel shards must hold whole groups: K={input_size} "
+            f"split over tensor_parallel_size {tp_size} gives {size_k} rows per "
+            f"rank, not a multiple of group_size {group_size}; use a group size "
+            f"that divides {size_k}, or a tensor_parallel_size whose shard does"
+        )
 
 
 def install_weights(
@@ -97,6 +135,14 @@ class MyopsW4A16OnlineLinearMethod(_LinearMethodBase):  # type: ignore[misc,vali
         **extra_weight_attrs: Any,
     ) -> None:
         _check_act_dtype(params_dtype)
+        prefix = getattr(layer, "prefix", "") or type(layer).__name__
+        check_row_parallel_groups(
+            prefix,
+            input_size,
+            input_size_per_partition,
+            tp_size_of(layer, input_size, input_size_per_partition),
+            self.quant_config.group_size,
+        )
         layer.w4a16_act_dtype = params_dtype
         param = vllm_compat.parameter_classes()
         weight = param.ModelWeightParameter(
@@ -164,24 +210,28 @@ class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-
         size_k = input_size_per_partition
         size_n = sum(output_partition_sizes)
         row_parallel = input_size != input_size_per_partition
-        if size_k % reference.PACK or size_n % reference.PACK:
+        tp_size = tp_size_of(layer, input_size, size_k)
+        # qzeros pack 8 output columns per int32 and vLLM cuts a fused
+        # layer's parts at packed offsets: every part's shard must be whole.
+        parts = list(output_partition_sizes)
+        if size_k % reference.PACK or any(p % reference.PACK for p in parts):
             raise ValueError(
                 f"{prefix}: a GPTQ layer needs input and output sizes that are "
-                f"multiples of 8 (per shard), got K={size_k}, N={size_n}"
+                f"multiples of 8 (per shard), got K={size_k}, N={size_n} "
+                f"(fused parts {parts}, tensor_parallel_size {tp_size})"
             )
         g = cfg.group_size
         if row_parallel and cfg.desc_act:
             raise ValueError(
                 f"{prefix}: an act-order (desc_act) GPTQ checkpoint cannot be split "
-                "along its input dim (row-parallel tensor parallelism): a shard's "
-                "rows belong to arbitrary groups; use tensor_parallel_size 1"
+                f"along its input dim (row-parallel, K={input_size} over "
+                f"tensor_parallel_size {tp_size}, group_size {g}): GPTQ orders "
+                "all of K at once, so a shard's rows belong to groups whose "
+                "scales live on other ranks; use tensor_parallel_size 1"
             )
-        if row_parallel and g != -1 and size_k % g:
-            raise ValueError(
-                f"{prefix}: row-parallel shards must hold whole groups: the input "
-                f"size per shard {size_k} is not a multiple of group_size {g}"
-            )
-        replicate = g == -1  # one group over all of K: scales on every rank
+        if g != -1:  # one group over all of K: scales replicated on every rank
+            check_row_parallel_groups(prefix, input_size, size_k, tp_size, g)
+        replicate = g == -1
         groups = 1 if replicate else reference.num_groups(size_k, g)
         loader = extra_weight_attrs.get("weight_loader")
         param = vllm_compat.parameter_classes()
@@ -230,6 +280,7 @@ class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-
         layer.register_parameter("scales", scales)
         layer.w4a16_act_dtype = params_dtype
         layer.w4a16_row_parallel = row_parallel
+        layer.w4a16_tp = (prefix, input_size, tp_size)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         cfg = self.quant_config
@@ -242,9 +293,7 @@ class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-
         elif cfg.group_size == -1:
             g_idx = torch.zeros_like(g_idx)
         elif layer.w4a16_row_parallel:
-            # A row-parallel shard's groups are numbered from the first
-            # global group it holds (whole groups, checked at creation).
-            g_idx = g_idx - layer.tp_rank * (size_k // cfg.group_size)
+            g_idx = shard_g_idx(g_idx, layer.tp_rank, cfg.group_size, *layer.w4a16_tp)
         perm = reference.act_order_perm(g_idx, size_k, cfg.group_size)
         if perm is not None:
             perm = perm.to(qweight.device)
@@ -271,6 +320,41 @@ class MyopsW4A16GPTQLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
         return w4a16_apply(layer, x, bias)
+
+
+def shard_g_idx(
+    g_idx: torch.Tensor,
+    tp_rank: int,
+    group_size: int,
+    prefix: str,
+    input_size: int,
+    tp_size: int,
+) -> torch.Tensor:
+    """A row-parallel shard's g_idx (global group numbers of its rows, as
+    vLLM's loader cuts it) renumbered from the shard's first group.
+
+    The shard holds global groups [rank * G_s, (rank + 1) * G_s), G_s =
+    K_shard / group_size (whole groups, checked at creation). Act-order
+    checkpoints are refused at creation; a g_idx that is permuted all the
+    same (desc_act false but not ``k // group_size``) and puts a row of
+    this shard in another shard's group cannot be served split (the row's
+    scale lives on another rank): refused here, at load, naming the layer,
+    instead of reading another group's scale.
+    """
+    size_k = g_idx.shape[0]
+    per_shard = size_k // group_size
+    first = tp_rank * per_shard
+    local = g_idx.to(torch.int64) - first
+    if size_k and (int(local.min()) < 0 or int(local.max()) >= per_shard):
+        raise ValueError(
+            f"{prefix}.g_idx: act-order groups cross the tensor-parallel shards: "
+            f"rank {tp_rank} of tensor_parallel_size {tp_size} holds rows "
+            f"{tp_rank * size_k}..{(tp_rank + 1) * size_k - 1} of K={input_size} "
+            f"(groups {first}..{first + per_shard - 1} of group_size {group_size}) "
+            f"but g_idx puts them in groups {int(g_idx.min())}..{int(g_idx.max())}; "
+            "serve this checkpoint with tensor_parallel_size 1"
+        )
+    return local.to(g_idx.dtype)
 
 
 def _same_g_idx_loader(loader: Any, prefix: str) -> Any:

@@ -11,8 +11,10 @@
 //
 // Paths by M (constants below, to be tuned on the H200):
 //   M = 0                   empty output, no launch.
-//   1 <= M < kDequantMinM   tensor-core kernel, M tile 16 * kMTiles with
-//                           kMTiles = 1 (M <= 16, decode), else kMaxMTiles.
+//   1 <= M < kDequantMinM   tensor-core kernels: w4a16_decode_kernel for
+//                           M <= 16 (B through a per-warp cp.async ring in
+//                           shared memory), w4a16_mma_kernel with M tiles of
+//                           16 * kMaxMTiles above (B in a register ring).
 //                           A block is 4 warps on one (n-tile, M-tile,
 //                           K-split); the warps interleave the k-tiles of the
 //                           split and are summed in shared memory in a fixed
@@ -83,6 +85,13 @@ constexpr int kThreads = kWarps * 32;
 // shapes (NOTES §8): the decode kernel is not bound by bytes in flight.
 template <int kMTiles>
 constexpr int kStagesFor = 2;
+// M <= 16 (decode): the B tiles go through a ring of kDecodeStages shared-
+// memory slots per warp, filled by cp.async, so the bytes in flight cost no
+// registers. (The register ring of the mma kernel kept one tile ahead per
+// warp: ncu at 28672x4096, M = 1 showed 18% occupancy and 17% of DRAM
+// bandwidth, NOTES §8.) 4 warps x 4 slots x 2 KB = 32 KB per block.
+constexpr int kDecodeStages = 4;
+constexpr int kDecodeMinBlocksPerSm = 3;
 // Split-K bounds: a split gives each warp at least one full ring of k-tiles
 // (kWarps * stages), and at most kMaxSplits splits (workspace traffic grows
 // with them).
@@ -352,6 +361,53 @@ __device__ __forceinline__ void compute_stage(const GemmArgs& p, int kt,
   }
 }
 
+// The block's result: the warps' partial tiles summed in shared memory in
+// warp order, then either the output tile (+ bias, rounded once) or this
+// split's fp32 slice of the workspace. Whole block.
+template <typename T, int kMTiles>
+__device__ __forceinline__ void finish_block(
+    const GemmArgs& p, const float (&acc)[kMTiles][8][4],
+    float (&partial)[16 * kMTiles][layout::kTileN], int row0, int nt, int split,
+    int lane, int warp) {
+  constexpr int kRows = 16 * kMTiles;
+  // C fragment: c0, c1 = (g, 2t, 2t + 1),
+  // c2, c3 = (g + 8, 2t, 2t + 1) of each m16 x n8 block.
+  const int g = lane / 4, t = lane % 4;
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = 16 * mt + g + 8 * (r / 2);
+            const int col = 8 * j + 2 * t + (r % 2);
+            partial[row][col] =
+                w == 0 ? acc[mt][j][r] : partial[row][col] + acc[mt][j][r];
+          }
+    }
+    __syncthreads();
+  }
+
+  const int n0 = nt * layout::kTileN;
+  for (int idx = threadIdx.x; idx < kRows * layout::kTileN; idx += kThreads) {
+    const int r = idx / layout::kTileN, c = idx % layout::kTileN;
+    const int row = row0 + r, col = n0 + c;
+    if (row >= p.m || col >= p.n) continue;
+    const float v = partial[r][c];
+    if (p.splits == 1) {
+      const float b = p.bias != nullptr
+                          ? cuda::to_float(static_cast<const T*>(p.bias)[col])
+                          : 0.f;
+      static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.n + col] =
+          cuda::from_float<T>(v + b);
+    } else {
+      p.workspace[(static_cast<int64_t>(split) * p.m + row) * p.n + col] = v;
+    }
+  }
+}
+
 // Grid: (M-tile, n-tile, K-split), M-tiles fastest so the blocks that read
 // the same weight tiles run together and all but the first hit L2. Warp w of
 // a block takes k-tiles
@@ -407,42 +463,113 @@ __global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
     }
   }
 
-  // Fixed-order sum over the warps. C fragment: c0, c1 = (g, 2t, 2t + 1),
-  // c2, c3 = (g + 8, 2t, 2t + 1) of each m16 x n8 block.
-  const int g = lane / 4, t = lane % 4;
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int row = 16 * mt + g + 8 * (r / 2);
-            const int col = 8 * j + 2 * t + (r % 2);
-            partial[row][col] =
-                w == 0 ? acc[mt][j][r] : partial[row][col] + acc[mt][j][r];
-          }
-    }
-    __syncthreads();
-  }
+  finish_block<T, kMTiles>(p, acc, partial, row0, nt, split, lane, warp);
+}
 
+// M <= 16. Grid (1, n-tile, K-split) as the mma kernel, one m16 tile. Each
+// warp streams its k-tiles (kt_begin + w, + kWarps, ...) through its own ring
+// of kDecodeStages shared-memory slots: tile i + kDecodeStages - 1 is copied
+// (cp.async, one commit group per tile) before tile i is used. A lane copies
+// and later reads exactly its own 16-byte words of a slot (the layout gives
+// lane l words 4l..4l+3 of each k16 step), so the ring needs no barrier. The
+// scales / zeros of a tile ride along in a register ring of the same depth,
+// the A fragments one tile ahead (A is small and read by every block: L2).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
+    w4a16_decode_kernel(const GemmArgs p) {
+  constexpr int kS = kDecodeStages;
+  constexpr int kQuads = layout::kTileWords / 4;  // 16-byte words per tile
+  __shared__ __align__(16) uint4 ring[kWarps][kS][kQuads];
+  __shared__ float partial[16][layout::kTileN];
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int nt = blockIdx.y;
+  const int split = blockIdx.z;
+  const int kt_begin = split * p.kt_per_split;
+  const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
+  const int first = kt_begin + warp;
+  const int count = first < kt_end ? (kt_end - first + kWarps - 1) / kWarps : 0;
+  const uint4* tiles = p.b + static_cast<int64_t>(nt) * p.k_tiles * kQuads;
   const int n0 = nt * layout::kTileN;
-  for (int idx = threadIdx.x; idx < kRows * layout::kTileN; idx += kThreads) {
-    const int r = idx / layout::kTileN, c = idx % layout::kTileN;
-    const int row = row0 + r, col = n0 + c;
-    if (row >= p.m || col >= p.n) continue;
-    const float v = partial[r][c];
-    if (p.splits == 1) {
-      const float b = p.bias != nullptr
-                          ? cuda::to_float(static_cast<const T*>(p.bias)[col])
-                          : 0.f;
-      static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.n + col] =
-          cuda::from_float<T>(v + b);
+
+  // Tile i of this warp -> slot: its 4 quads (one per k16 step) and groups.
+  const auto issue = [&](int i, int slot, GroupRaw(&gr)[2]) {
+    const int kt = first + i * kWarps;
+    const uint4* src = tiles + static_cast<int64_t>(kt) * kQuads;
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s) {
+      tc::cp_async_16(tc::smem_addr(&ring[warp][slot][s * 32 + lane]),
+                      src + s * 32 + lane, true);
+    }
+    const int g0 = group_of(p, kt, 0);
+    const int g2 = group_of(p, kt, 2);
+    load_group(p, g0, n0, lane, gr[0]);
+    if (g2 != g0) {
+      load_group(p, g2, n0, lane, gr[1]);
     } else {
-      p.workspace[(static_cast<int64_t>(split) * p.m + row) * p.n + col] = v;
+      gr[1] = gr[0];
+    }
+  };
+
+  float acc[1][8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[0][j][r] = 0.f;
+
+  GroupRaw groups[kS][2];
+#pragma unroll
+  for (int i = 0; i < kS - 1; ++i) {
+    if (i < count) issue(i, i, groups[i]);
+    tc::cp_async_commit();  // one group per ring slot, even if empty
+  }
+  Stage<1> st;
+  if (count > 0) {
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s) {
+      load_a_frag<T>(p, 0, first * layout::kTileK + 16 * s, lane, st.a[s]);
     }
   }
+  for (int i0 = 0; i0 < count; i0 += kS) {
+#pragma unroll
+    for (int j = 0; j < kS; ++j) {
+      const int i = i0 + j;
+      if (i < count) {
+        const int ahead = i + kS - 1;
+        if (ahead < count) {
+          issue(ahead, (j + kS - 1) % kS, groups[(j + kS - 1) % kS]);
+        }
+        tc::cp_async_commit();
+        tc::cp_async_wait<kS - 1>();  // this lane's copies of tile i landed
+#pragma unroll
+        for (int s = 0; s < layout::kSteps; ++s) {
+          st.b[s] = ring[warp][j][s * 32 + lane];  // i % kS == j
+        }
+        st.group[0] = groups[j][0];
+        st.group[1] = groups[j][1];
+        uint32_t a_next[layout::kSteps][4];
+        if (i + 1 < count) {
+#pragma unroll
+          for (int s = 0; s < layout::kSteps; ++s) {
+            load_a_frag<T>(p, 0,
+                           (first + (i + 1) * kWarps) * layout::kTileK + 16 * s,
+                           lane, a_next[s]);
+          }
+        }
+        compute_stage<T, 1>(p, first + i * kWarps, 0, lane, st, acc);
+        if (i + 1 < count) {
+#pragma unroll
+          for (int s = 0; s < layout::kSteps; ++s)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) st.a[s][r] = a_next[s][r];
+        }
+      }
+    }
+  }
+  tc::cp_async_wait<0>();
+
+  finish_block<T, 1>(p, acc, partial, 0, nt, split, lane, warp);
 }
 
 // out = T(sum over splits of workspace + bias), splits summed in order.
@@ -548,7 +675,7 @@ void launch_mma(const GemmArgs& args, int m_tiles_per_block, int m_blocks,
                 int n_tiles, cudaStream_t stream) {
   const dim3 grid(m_blocks, n_tiles, args.splits);
   if (m_tiles_per_block == 1) {
-    w4a16_mma_kernel<T, 1><<<grid, kThreads, 0, stream>>>(args);
+    w4a16_decode_kernel<T><<<grid, kThreads, 0, stream>>>(args);
   } else {
     w4a16_mma_kernel<T, kMaxMTiles><<<grid, kThreads, 0, stream>>>(args);
   }
@@ -561,8 +688,13 @@ template <typename T, int kMTiles>
 int resident_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &b, w4a16_mma_kernel<T, kMTiles>, kThreads, 0));
+    if constexpr (kMTiles == 1) {
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &b, w4a16_decode_kernel<T>, kThreads, 0));
+    } else {
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &b, w4a16_mma_kernel<T, kMTiles>, kThreads, 0));
+    }
     return std::max(b, 1);
   }();
   return blocks;
@@ -616,7 +748,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
       (m_tiles_per_block == 1 ? resident_blocks_per_sm<T, 1>()
                               : resident_blocks_per_sm<T, kMaxMTiles>());
   const int stages =
-      m_tiles_per_block == 1 ? kStagesFor<1> : kStagesFor<kMaxMTiles>;
+      m_tiles_per_block == 1 ? kDecodeStages : kStagesFor<kMaxMTiles>;
   int splits = choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles,
                              slots, kWarps * stages);
   const int kt_per_split = (k_tiles + splits - 1) / splits;

@@ -255,30 +255,33 @@ def lower_cpu_isas() -> list[str]:
     return [i for i in CPU_ISAS[: CPU_ISAS.index(current)] if i in built_cpu_isas()]
 
 
-def rerun_under_cpu_isa(
-    isa: str,
+def rerun_tests(
     test_file: Path,
     test_names: Sequence[str],
     *,
+    env: dict[str, str],
     scope: str,
     junit_xml: Path,
-    device_keyword: str = "cpu",
-) -> None:
-    """Runs the `device_keyword` cases of `test_names` in `test_file`, plus
-    the ISA check test, in a fresh pytest process with
-    ATEN_CPU_CAPABILITY=`isa`. Asserts the run passed with nothing skipped,
-    the ops reported `isa`, and every named test ran at least one case."""
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=isa, **{EXPECT_ISA_ENV: isa})
-    env.pop("PYTEST_ADDOPTS", None)
-    selection = (
-        f"{ISA_CHECK_TEST} or (({' or '.join(test_names)}) and {device_keyword})"
-    )
+    device_keyword: str,
+    extra_files: Sequence[Path] = (),
+    extra_selection: str | None = None,
+) -> tuple[dict[str, int], str]:
+    """Runs the `device_keyword` cases of `test_names` in `test_file` (plus
+    `extra_selection` from `extra_files`) in a fresh pytest process with the
+    environment `env` added. Asserts the run passed with nothing skipped and
+    every named test ran at least one case; returns the passed cases per test
+    function and the run's output."""
+    full_env = dict(os.environ, **env)
+    full_env.pop("PYTEST_ADDOPTS", None)
+    selection = f"(({' or '.join(test_names)}) and {device_keyword})"
+    if extra_selection:
+        selection = f"{extra_selection} or {selection}"
     cmd = [
         sys.executable,
         *(["-S"] if sys.flags.no_site else []),
         "-m",
         "pytest",
-        str(ISA_CHECK_FILE),
+        *(str(f) for f in extra_files),
         str(test_file),
         "-q",
         "-x",
@@ -292,7 +295,7 @@ def rerun_under_cpu_isa(
         selection,
     ]
     proc = subprocess.run(
-        cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
+        cmd, env=full_env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
     )
     output = proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, output
@@ -303,11 +306,35 @@ def rerun_under_cpu_isa(
         assert not outcome, f"{case.get('name')}: {outcome}\n{output}"
         function = str(case.get("name")).split("[", 1)[0]
         passed[function] = passed.get(function, 0) + 1
-    assert passed.get(ISA_CHECK_TEST) == 1, f"the ISA check did not run\n{output}"
     for name in test_names:
         assert passed.get(name, 0) > 0, (
             f"no {device_keyword} case of {name} ran\n{output}"
         )
+    return passed, output
+
+
+def rerun_under_cpu_isa(
+    isa: str,
+    test_file: Path,
+    test_names: Sequence[str],
+    *,
+    scope: str,
+    junit_xml: Path,
+    device_keyword: str = "cpu",
+) -> None:
+    """`rerun_tests` with ATEN_CPU_CAPABILITY=`isa`, plus the ISA check test:
+    asserts the ops reported `isa`."""
+    passed, output = rerun_tests(
+        test_file,
+        test_names,
+        env={"ATEN_CPU_CAPABILITY": isa, EXPECT_ISA_ENV: isa},
+        scope=scope,
+        junit_xml=junit_xml,
+        device_keyword=device_keyword,
+        extra_files=(ISA_CHECK_FILE,),
+        extra_selection=ISA_CHECK_TEST,
+    )
+    assert passed.get(ISA_CHECK_TEST) == 1, f"the ISA check did not run\n{output}"
 
 
 # ---------------------------------------------------------------------------

@@ -26,6 +26,10 @@
 #   profile_w4a16  ncu over the W4A16 GEMM, ours and anchors per case
 #             (python -m benchmarks.kernels.profile_cases benchmarks.kernels.benchmark_w4a16
 #             ${PROFILE_W4A16_ARGS:---m 1,16,64 --nk 28672x4096,4096x14336 --impls ours,mm,marlin})
+#   triage    python -m tools.profile triage --run for each family of TRIAGE_SETS (default
+#             "layernorm w4a16 attention"; cases from TRIAGE_<FAMILY>_ARGS): ncu, then the
+#             decision tree's verdicts -> triage.tar.gz (per family: raw CSV, profiled
+#             program's log, verdicts .txt and .json)
 #   sanitize  tools/gpu/sanitize.sh: compute-sanitizer memcheck over the CUDA kernel
 #             tests, racecheck + synccheck over a quick subset
 #   vllm_up   vLLM 0.24 + SmolLM2 on this GPU (needs the "serve" carry set, made by
@@ -80,15 +84,15 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [sanitize]=200
+declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
+    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
   esac
 done
 [[ ${#stages[@]} -gt 0 ]] || { sed -n '2,58p' "$0"; exit 2; }
@@ -426,6 +430,44 @@ stage_profile_anchors() {
     ${PROFILE_ANCHOR_ARGS:---case rms_norm:bf16:8192x8192 --case fused_add_rms_norm:bf16:8192x4096}
 }
 
+stage_triage() {
+  local t=$SECONDS b=$1 fam bench res args per n dir="$OUT/triage" rc=0
+  ensure_built || { add_summary triage SKIP 0 "no build"; return; }
+  command -v ncu >/dev/null || { add_summary triage SKIP 0 "ncu not on PATH"; return; }
+  vllm_env >/dev/null 2>&1 || true  # anchors when the serve set is unpacked
+  anchor_env
+  mkdir -p "$dir"
+  read -r -a fams <<<"${TRIAGE_SETS:-layernorm w4a16 attention}"
+  n=${#fams[@]}
+  for fam in "${fams[@]}"; do
+    res=()
+    case "$fam" in
+      layernorm)
+        bench=benchmarks.kernels.benchmark_layernorm
+        res=(--results benchmarks/results/baselines/h200/layernorm_bf16.json)
+        args="${TRIAGE_LAYERNORM_ARGS:---ops rms_norm,fused_add_rms_norm --rows 16,1024,8192 --hidden 4096,8192 --impls ours,compile}" ;;
+      w4a16)
+        bench=benchmarks.kernels.benchmark_w4a16
+        res=(--results benchmarks/results/baselines/h200/w4a16_bf16.json)
+        args="${TRIAGE_W4A16_ARGS:---m 1,16 --nk 28672x4096,4096x14336 --impls ours}" ;;
+      attention)
+        bench=benchmarks.kernels.benchmark_attention
+        res=(--bandwidth-gbps "${TRIAGE_COPY_GBPS:-4251}")
+        args="${TRIAGE_ATTENTION_ARGS:---kind decode --batch 1,32 --ctx 1024,8192 --impls ours}" ;;
+      *) say "triage: unknown family $fam"; continue ;;
+    esac
+    per=$(( (b - (SECONDS - t)) / n )); n=$((n - 1))
+    say "triage $fam: $bench $args (budget ${per}s)"
+    # shellcheck disable=SC2086
+    timeout "$per" "$PY" -m tools.profile triage --run --benchmark "$bench" "${res[@]}" \
+      --export "$dir/$fam" --json "$dir/$fam.json" -- --device cuda $args >"$dir/$fam.txt" 2>&1 || rc=$?
+    grep -E "verdict:|^case|^kernel" "$dir/$fam.txt" | head -n 40
+  done
+  rm -f "$dir"/*.ncu-rep
+  tar -czf "$OUT/triage.tar.gz" -C "$OUT" triage && rm -rf "$dir"
+  add_summary triage "$rc" $((SECONDS - t)) "${fams[*]} -> triage.tar.gz"
+}
+
 stage_sanitize() {
   local t=$SECONDS b=$1 tool budget line status=ok n
   ensure_built || { add_summary sanitize SKIP 0 "no build"; return; }
@@ -538,6 +580,7 @@ for i in "${!stages[@]}"; do
     profile) stage_profile "$b" ;;
     profile_anchors) stage_profile_anchors "$b" ;;
     profile_w4a16) stage_profile_w4a16 "$b" ;;
+    triage) stage_triage "$b" ;;
     sanitize) stage_sanitize "$b" ;;
     vllm_up) stage_vllm_up "$b" ;;
     vllm_tests) stage_vllm_tests "$b" ;;

@@ -46,7 +46,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include <ATen/ATen.h>
@@ -73,6 +75,9 @@ namespace layout = w4a16::cuda_layout;
 // 32-row M tile; the dequant pass costs a read of W plus a write of it in a's
 // dtype. On the H200 the two paths cross near M = 64 (NOTES §8).
 constexpr int64_t kDequantMinM = 64;
+// Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
+// one n-tile's M tiles run together, so all but the first read B from L2).
+constexpr int64_t kRingMaxM = 16;
 constexpr int kWarps = 4;  // warps per GEMM block
 // m16 tiles per block above M = 16. 4 (M tile 64) needs more than the 255
 // registers of a thread with this warp-owns-the-n-tile design (it spills), so
@@ -466,7 +471,7 @@ __global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
   finish_block<T, kMTiles>(p, acc, partial, row0, nt, split, lane, warp);
 }
 
-// M <= 16. Grid (1, n-tile, K-split) as the mma kernel, one m16 tile. Each
+// Grid (M tile of 16, n-tile, K-split) as the mma kernel. Each
 // warp streams its k-tiles (kt_begin + w, + kWarps, ...) through its own ring
 // of kDecodeStages shared-memory slots: tile i + kDecodeStages - 1 is copied
 // (cp.async, one commit group per tile) before tile i is used. A lane copies
@@ -484,6 +489,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
+  const int row0 = blockIdx.x * 16;
   const int nt = blockIdx.y;
   const int split = blockIdx.z;
   const int kt_begin = split * p.kt_per_split;
@@ -528,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   if (count > 0) {
 #pragma unroll
     for (int s = 0; s < layout::kSteps; ++s) {
-      load_a_frag<T>(p, 0, first * layout::kTileK + 16 * s, lane, st.a[s]);
+      load_a_frag<T>(p, row0, first * layout::kTileK + 16 * s, lane, st.a[s]);
     }
   }
   for (int i0 = 0; i0 < count; i0 += kS) {
@@ -557,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
                            lane, a_next[s]);
           }
         }
-        compute_stage<T, 1>(p, first + i * kWarps, 0, lane, st, acc);
+        compute_stage<T, 1>(p, first + i * kWarps, row0, lane, st, acc);
         if (i + 1 < count) {
 #pragma unroll
           for (int s = 0; s < layout::kSteps; ++s)
@@ -569,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
   }
   tc::cp_async_wait<0>();
 
-  finish_block<T, 1>(p, acc, partial, 0, nt, split, lane, warp);
+  finish_block<T, 1>(p, acc, partial, row0, nt, split, lane, warp);
 }
 
 // out = T(sum over splits of workspace + bias), splits summed in order.
@@ -730,10 +736,11 @@ template <typename T>
 void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
               const std::optional<at::Tensor>& bias,
-              const w4a16::GemmShape& shape, int group_rows, at::Tensor& out) {
+              const w4a16::GemmShape& shape, int group_rows, bool ring,
+              at::Tensor& out) {
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
-  const int m_tiles_per_block = m <= 16 ? 1 : kMaxMTiles;
+  const int m_tiles_per_block = ring ? 1 : kMaxMTiles;
   const int rows_per_block = 16 * m_tiles_per_block;
   const int m_blocks = (m + rows_per_block - 1) / rows_per_block;
   const int n_tiles = static_cast<int>(shape.n_tiles);
@@ -794,6 +801,36 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// VLLM_MYOPS_W4A16_CUDA_PATH (read once): "ring" (w4a16_decode_kernel, in
+// M tiles of 16), "mma" (w4a16_mma_kernel) or "dequant" (dequant + cuBLAS)
+// forces that path at every M, so the tests cover each and the benchmark
+// can compare them; unset or "auto" chooses by M (kRingMaxM, kDequantMinM).
+enum class CudaPath { kAuto, kRing, kMma, kDequant };
+
+CudaPath forced_cuda_path() {
+  static const CudaPath f = [] {
+    const char* env = std::getenv("VLLM_MYOPS_W4A16_CUDA_PATH");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return CudaPath::kAuto;
+    if (v == "ring") return CudaPath::kRing;
+    if (v == "mma") return CudaPath::kMma;
+    if (v == "dequant") return CudaPath::kDequant;
+    TORCH_CHECK(false,
+                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, ring, mma or "
+                "dequant, got '",
+                v, "'");
+    return CudaPath::kAuto;
+  }();
+  return f;
+}
+
+CudaPath cuda_path_for(int64_t m) {
+  const CudaPath f = forced_cuda_path();
+  if (f != CudaPath::kAuto) return f;
+  if (m <= kRingMaxM) return CudaPath::kRing;
+  return m < kDequantMinM ? CudaPath::kMma : CudaPath::kDequant;
+}
+
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -852,7 +889,8 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
   if (shape.m == 1 && shape.k > 1 && a.stride(1) != 1) a_rows = a.contiguous();
 
   const bool is_half = a.scalar_type() == at::kHalf;
-  if (shape.m >= kDequantMinM) {
+  const CudaPath path = cuda_path_for(shape.m);
+  if (path == CudaPath::kDequant) {
     const at::Tensor w =
         is_half ? dequantize_weight<__half>(b_packed, scales, zeros, shape,
                                             group_rows, a.options())
@@ -865,12 +903,13 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
     }
     return out;
   }
+  const bool ring = path == CudaPath::kRing;
   if (is_half) {
     run_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape, group_rows,
-                     out);
+                     ring, out);
   } else {
     run_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias, shape,
-                            group_rows, out);
+                            group_rows, ring, out);
   }
   return out;
 }

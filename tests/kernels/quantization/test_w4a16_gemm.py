@@ -479,3 +479,61 @@ def test_cpu_path_env_rejects_unknown() -> None:
     )
     assert proc.returncode != 0
     assert CPU_PATH_ENV in proc.stderr and "avx1024" in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# 7. The CUDA paths (w4a16_gemm.cu chooses by M; VLLM_MYOPS_W4A16_CUDA_PATH
+#    forces one at every M), each rerun on the same tests in a subprocess
+# ---------------------------------------------------------------------------
+CUDA_PATH_ENV = "VLLM_MYOPS_W4A16_CUDA_PATH"
+CUDA_PATH_TESTS = (
+    "test_w4a16_gemm_values",
+    "test_w4a16_gemm_many_rows",
+    "test_act_order",
+    "test_bias",
+    "test_noncontiguous_a",
+)
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"
+)
+
+
+@needs_cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["ring", "mma", "dequant"])
+def test_cuda_paths(path: str, tmp_path: Path) -> None:
+    """ring: the cp.async-ring kernel at every M (M tiles of 16); mma: the
+    register-ring kernel (M tiles of 32) at every M; dequant: dequantize +
+    cuBLAS at every M, M = 1 included. The default run covers each path only
+    in its own M range; these reruns hold every path to the same fp64
+    reference and tolerance at every M of the tests."""
+    contract.rerun_tests(
+        Path(__file__).resolve(),
+        CUDA_PATH_TESTS,
+        env={CUDA_PATH_ENV: path},
+        scope=current_scope(),
+        junit_xml=tmp_path / "junit.xml",
+        device_keyword="cuda",
+    )
+
+
+@needs_cuda
+def test_cuda_path_env_rejects_unknown() -> None:
+    code = (
+        "import torch, vllm_myops._custom_ops as ops\n"
+        "a = torch.zeros(1, 64, dtype=torch.bfloat16, device='cuda')\n"
+        "q = torch.zeros(8, 64, dtype=torch.int32, device='cuda')\n"
+        "b = ops.w4a16_repack(q, 64, 64)\n"
+        "s = torch.ones(1, 64, dtype=torch.bfloat16, device='cuda')\n"
+        "ops.w4a16_gemm(a, b, s, None, None, 64, 64, -1)\n"
+    )
+    env = dict(os.environ, **{CUDA_PATH_ENV: "wgmma9000"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert CUDA_PATH_ENV in proc.stderr and "wgmma9000" in proc.stderr, proc.stderr

@@ -105,6 +105,67 @@ def test_check_catches_a_wrong_output() -> None:
     assert not ok and "out" in why
 
 
+def _sdpa_fp32(s, c, keys: slice | None = None) -> torch.Tensor:
+    """torch SDPA in fp32 on the dense cache (over the given key positions)."""
+    hq, _, d = B.heads_of(c)
+    k, v = B.dense_kv(s, c)
+    keys = slice(None) if keys is None else keys
+    q = s.q.view(c["batch"], B.q_len(c), hq, d).transpose(1, 2).float()
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q, k[:, :, keys].float(), v[:, :, keys].float(),
+        is_causal=c["kind"] == "prefill", scale=B.metadata(c, CPU)["scale"],
+        enable_gqa=True,
+    )  # fmt: skip
+    return o.transpose(1, 2).reshape(s.out.shape)
+
+
+@pytest.mark.parametrize("kind", B.KINDS)
+@pytest.mark.parametrize("heads", list(B.HEADS))
+def test_chunked_reference_is_sdpa_in_fp32(monkeypatch, kind, heads) -> None:
+    # Chunks of 3 sequences x a few query rows (the long cases' path) give
+    # the same as one fp32 SDPA call; so does one chunk.
+    c = case(kind=kind, heads=heads, batch=5, ctx=37 if kind == "decode" else 21)
+    s = timing.alloc_sets(B.set_specs(c), 1, "cpu")[0]
+    expected = _sdpa_fp32(s, c)
+    one, _ = B.reference(s, c)
+    hkv, d = B.heads_of(c)[1:]
+    monkeypatch.setattr(B, "REF_CHUNK_BYTES", 3 * hkv * c["ctx"] * 2 * d * 4)
+    chunked, pv_abs = B.reference(s, c)
+    torch.testing.assert_close(one, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(chunked, expected, rtol=1e-5, atol=1e-6)
+    assert (pv_abs >= chunked.abs() - 1e-6).all()  # |P V| <= P |V|
+
+
+@pytest.mark.parametrize("dtype", list(B.DTYPES))
+def test_check_passes_rounded_reference_and_catches_perturbations(dtype) -> None:
+    c = case(dtype=dtype, batch=3, ctx=40)
+    s, ref, _ = B.check_inputs(c, CPU)
+    dt = B.DTYPES[dtype]
+
+    def verdict(out: torch.Tensor) -> bool:
+        return B.check(lambda st: out.to(dt), c, CPU)[0]
+
+    assert verdict(ref)  # exact attention rounded once
+    assert verdict(_sdpa_fp32(s, c))
+    assert not verdict(_sdpa_fp32(s, c, slice(0, c["ctx"] - 1)))  # last key lost
+    assert not verdict(_sdpa_fp32(s, c, slice(1, None)))  # first key lost
+    assert not verdict(ref[:, [1, 0, *range(2, ref.shape[1])]])  # heads swapped
+    assert not verdict(ref * 1.05)  # mis-normalised
+    nan_row = ref.clone()
+    nan_row[2, 3, 0] = float("nan")
+    assert not verdict(nan_row)
+
+
+def test_check_passes_bf16_sdpa_on_a_long_prefill() -> None:
+    # SDPA rounds P to bf16 before P @ V: outputs shrink with the context
+    # while that error does not, which a tolerance scaled by the output's
+    # RMS rejected from 2k tokens on the H200.
+    c = case(kind="prefill", heads="9/3x64", batch=1, ctx=2048)
+    impl = B.IMPL_CLASSES["sdpa"](parse("--device", "cpu"), CPU)
+    ok, why, _ = B.check(impl.make(c), c, CPU)
+    assert ok, why
+
+
 def test_prepare_attaches_and_release_drops() -> None:
     impl = B.IMPL_CLASSES["sdpa"](parse("--device", "cpu"), CPU)
     c = case()

@@ -12,6 +12,11 @@ API (kept small and stable: other scripts build on it):
   with a fresh ``MYOPS_STATS_DIR`` (read by the engine's spawned
   processes), yields an ``Engine``; the engine core is shut down on exit,
   so the next engine can start in the same process (one vLLM import).
+  On the CPU the engine core runs in this process (vLLM's
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and the model in its usual worker
+  process (``distributed_executor_backend="mp"`` unless given): one process
+  start and vLLM import less per engine, the same worker, kernels and
+  counters.
 - ``Engine.llm``, ``Engine.stats_dir``, ``Engine.time_start_s``;
   ``Engine.counters()``: the plugin's counters summed over the engine's
   processes once they stopped changing.
@@ -65,7 +70,11 @@ def started(**llm_kwargs: Any) -> Iterator[Engine]:
     os.environ["MYOPS_STATS_DIR"] = stats_dir  # read by the spawned processes
 
     from vllm import LLM
+    from vllm.platforms import current_platform
 
+    if current_platform.is_cpu():
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        llm_kwargs.setdefault("distributed_executor_backend", "mp")
     t0 = time.time()
     llm = LLM(**llm_kwargs)
     engine = Engine(llm, stats_dir, round(time.time() - t0, 1))

@@ -42,12 +42,12 @@ def main() -> None:
 
     import torch
 
+    from tests.plugin._engine_run import read_prompts
     from tests.plugin._teacher_forced import rows_from_logprobs
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    with open(args.teacher_prompts) as f:
-        prompts = [list(map(int, ids)) for ids in json.load(f)["prompts"]]
+    prompts = read_prompts(args.teacher_prompts)
 
     t0 = time.time()
     model = load_fp32_model(args.model, args.device)

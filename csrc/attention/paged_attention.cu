@@ -18,8 +18,9 @@
 // * K/V tiles of 64 tokens stream through shared memory with cp.async (16-byte
 //   vectors, double buffered, tokens past the CTA's range zero-filled so the
 //   NaN of unowned slots never enters the math). Each token's block comes
-//   from the block table (block_size any >= 1; one table read per token per
-//   tile, broadcast across the lanes of the token's copy). S = Q K^T and
+//   from the block table (block_size any >= 1), read a tile ahead by the
+//   lanes that copy the token (one register each, no wait at copy time).
+//   S = Q K^T and
 //   O += P V run on mma.sync m16n8k16 (ldmatrix / ldmatrix.trans from XOR-
 //   swizzled tiles, no bank conflicts), online softmax in fp32 in the exp2
 //   domain (scale * log2 e folded into S), P rounded to the input dtype for
@@ -30,10 +31,13 @@
 //   decoding; chosen on the host from max_seq_len and the SM count so that
 //   small batches fill the GPU); inside a CTA the 4 warps take 16-token
 //   quarters of each tile with their own (m, l, acc), merged in shared memory
-//   at the end. One split: the CTA writes out. Several: it writes an fp32
-//   partial (acc, m, l) and paged_attention_combine_kernel merges the splits
-//   of each (sequence, q head) in split order (deterministic; launched with
-//   PDL on sm_90 so its launch overlaps the decode kernel's tail).
+//   at the end. Each warp copies its own quarter, so the warps pipeline
+//   apart with __syncwarp, no CTA barrier per tile. A
+//   sequence that fills one split: the CTA writes out. Several: each writes
+//   an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter
+//   (zeroed per call by a memset), and the last to finish merges all splits
+//   in split order (deterministic) and writes out: one launch, no combine
+//   kernel.
 // * Prefill mode (grid B x H_kv x row tiles, launched only when
 //   max_query_len > 1): FlashAttention-2 tiles, 64 rows per CTA (16 per
 //   warp), every warp against all 64 tokens of a tile, KV range [0, causal
@@ -46,8 +50,8 @@
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
 //   16-token halves.
 // * Registers (ptxas, 128 threads, no spills; sm_90a / sm_80): decode D
-//   64/128/256: 80/156/224 / 92/156/225; prefill 149/226/215 /
-//   134/229/215. Shared memory: decode 34/68/136 KB,
+//   64/128/256: 96/164/249 / 96/168/251; prefill 131/245/226 /
+//   131/244/228. Shared memory: decode 34/68/136 KB,
 //   prefill 40/80/96 KB -> decode D = 128: 3 CTAs per SM. Decode D = 256
 //   needs > 99 KB of shared memory, so it does not launch on sm_86/sm_89
 //   (fine on sm_80 / sm_90).
@@ -66,16 +70,26 @@
 // sequence per 1k tokens at H_kv = 8, D = 128), plus partials
 // H_q * splits * (D + 2) * 4 bytes written and read once (1-6% at 1k context,
 // < 1% from 8k). Floor at ~4.3 TB/s achieved (the issue's floor column).
-// Prediction, bf16, 32 q / 8 kv heads, D 128, block 16, CUDA graph:
-//   1 x 1024:   ~5-7 us (16 splits of 64 tokens -> 128 CTAs, one tile each:
-//               two kernel launches plus one DRAM round trip dominate;
-//               target 6 us, FA3 12.3)
-//   1 x 8192:   ~9-12 us (43 splits of 3 tiles -> 344 CTAs, one wave of
-//               the 396 slots; target 11 us, FA3 19.5)
-//   32 x 8192:  ~265-280 us (90-95% of the 251 us floor: 3 splits -> 768
-//               CTAs, 3 per SM at 68 KB shared memory, one 32 KB tile in
-//               flight per CTA while the other is consumed)
-//   128 x 8192: ~1.05-1.1 ms (91-96% of the floor)
+// First H200 run (bf16, 32/8 heads, D 128, block 16): 1 x 1024 10.2 us,
+// 1 x 8192 24.5 us, 32 x 8192 381 us (floor 253.5): 58-69% of the floor,
+// and the combine kernel as long as the attention at batch 1. Cause read
+// from the code: each copy of a tile read its block-table entry and the
+// copies were unrolled by 2, so a tile's 16 copies per thread waited on 8
+// table reads in turn (~8 L2 round trips per tile, before any compute);
+// the combine looped over splits one dependent load at a time.
+// Redesign prediction (same case, CUDA graph, cold L2; the table now read a
+// tile ahead, warps pipelined apart, combine fused, 3 CTAs x 64 KB per SM):
+//   1 x 1024:   4.5-6.5 us (4.2 MB; 16 splits -> 128 CTAs, one 32 KB tile
+//               each, under one wave: memset + launch + table + KV round
+//               trip + the last CTA's 16-split merge; target 6)
+//   1 x 8192:   9-12 us (33.5 MB, floor ~8; 43 splits of 3 tiles -> 344
+//               CTAs in one wave of 396, ~2.6 CTAs x 2 x 32 KB in flight
+//               per SM, 43-split merge ~1-1.5 us; target 11)
+//   32 x 8192:  258-272 us (1.07 GB; 3 splits -> 768 CTAs, 1.94 waves of
+//               396 (fill 0.97), ~190 KB in flight per SM against the
+//               ~40 KB 4.8 TB/s needs; 93-98% of the floor; target 93%)
+//   9/3 x 64, 1 x 512: 3.5-5 us (0.4 MB; 8 splits -> 24 CTAs of one tile,
+//               was 9 CTAs; latency bound; sdpa 6.5)
 // Prefill (compute bound, mma.sync m16n8k16, no wgmma): FA2-class, predicted
 // ~330-400 TFLOP/s causal at 8k on the H200, 45-55% of FA3; the 60% target
 // likely needs 128-row tiles or wgmma (not done).
@@ -109,7 +123,6 @@ constexpr int kStages = 2;           // tiles in flight (cp.async groups)
 constexpr int kPrefillRows = 64;     // rows per prefill CTA (16 per warp)
 constexpr int kDecodeMaxGroup = 16;  // G the decode kernel takes (one m16)
 constexpr int kMaxSplits = 64;
-constexpr int kCombineThreads = 128;
 
 struct Params {
   void* out;
@@ -134,6 +147,7 @@ struct Params {
   int split_tokens;  // a multiple of kDecodeTileN
   float* part_o;     // [B, H_q, splits, D]
   float2* part_ml;   // [B, H_q, splits] (max, sum)
+  int* counters;     // [B, H_kv] splits finished, zeroed per call
   bool skip_decode_rows;
 };
 
@@ -256,45 +270,67 @@ __global__ void __launch_bounds__(kThreads)
 
   const T* cache = static_cast<const T*>(p.cache);
   const int* table = p.table + int64_t(b) * p.table_s0;
-  auto load_tile = [&](int t, int stage) {
-    const int tok0 = kv_begin + t * C::kTileN;
+  // This thread's two rows in its warp's m16 tile: lane / 4 and lane / 4 + 8.
+  const int warp_row0 = kDecode ? 0 : warp * 16;
+  const int warp_tok0 = kDecode ? warp * C::kWarpTokens : 0;
+
+  // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
+  // kLanesPerTok lanes per token, lane j of a token taking chunks j, j +
+  // kLanesPerTok, ... (so the lanes of one copy instruction read whole
+  // 32-byte sectors: 2 or 4 adjacent chunks per token). Each lane reads its
+  // token's block-table entry a tile ahead (table_ahead, a register), so the
+  // copies of a tile never wait on a table read and need one address per
+  // lane. (Read per copy, the table reads of a tile were serial round trips:
+  // the first H200 run.) Decode: a warp computes on the same tokens it
+  // copied, so the warps pipeline apart (__syncwarp, no CTA barrier per
+  // tile); prefill warps read the whole tile (__syncthreads).
+  constexpr int kCopyToks = C::kTileN / kWarps;
+  constexpr int kLanesPerTok = 32 / kCopyToks;
+  constexpr int kCopies = C::kChunksKV / kLanesPerTok;
+  static_assert(kCopyToks * kLanesPerTok == 32 && kCopies * kLanesPerTok ==
+                                                      C::kChunksKV);
+  static_assert(!kDecode || kCopyToks == C::kWarpTokens);
+  const int copy_tok = warp * kCopyToks + lane / kLanesPerTok;
+  const int copy_lane = lane % kLanesPerTok;
+  auto table_ahead = [&](int t, int& phys, int& off) {
+    const int pos = kv_begin + t * C::kTileN + copy_tok;
+    phys = -1;
+    off = 0;
+    if (pos < kv_end) {
+      const int blk =
+          p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
+      off = pos - blk * p.block_size;
+      phys = __ldg(table + blk);
+    }
+  };
+  auto load_tile = [&](int stage, int phys, int off) {
+    // Zero fill past kv_end (phys = -1) and for block ids outside
+    // [0, num_blocks); src stays a valid address then (nothing is read).
+    const bool valid = phys >= 0 && phys < p.num_blocks;
+    const T* src =
+        cache + copy_lane * 8 +
+        (valid ? ((int64_t(phys) * p.num_kv_heads + h) * p.block_size + off) *
+                     (2 * D)
+               : int64_t(0));
     const uint32_t dst0 = kv_base + stage * C::kKvStageBytes;
-    constexpr int kLoads = C::kTileN * C::kChunksKV / kThreads;
-    // Partly unrolled: fully unrolled, the table reads and addresses of all
-    // kLoads copies are hoisted and live at once (D = 128 decode: 228
-    // registers); D = 256 prefill (255 registers) not at all.
-    constexpr int kUnroll = (D == 256 && !kDecode) ? 1 : 2;
-#pragma unroll kUnroll
-    for (int it = 0; it < kLoads; ++it) {
-      const int idx = tid + it * kThreads;
-      const int tok = idx / C::kChunksKV, c = idx % C::kChunksKV;
-      const int pos = tok0 + tok;
-      bool valid = pos < kv_end;
-      const T* src = cache;
-      if (valid) {
-        const int blk =
-            p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
-        const int off = pos - blk * p.block_size;
-        const int phys = __ldg(table + blk);
-        valid = phys >= 0 && phys < p.num_blocks;
-        if (valid) {
-          src = cache +
-                ((int64_t(phys) * p.num_kv_heads + h) * p.block_size + off) *
-                    (2 * D) +
-                c * 8;
-        }
-      }
-      cp_async_16(dst0 + swizzled<C::kChunksKV>(tok, c), src, valid);
+#pragma unroll
+    for (int it = 0; it < kCopies; ++it) {
+      const int c = it * kLanesPerTok + copy_lane;
+      cp_async_16(dst0 + swizzled<C::kChunksKV>(copy_tok, c),
+                  src + it * kLanesPerTok * 8, valid);
     }
   };
 
   const int n_tiles = (kv_end - kv_begin + C::kTileN - 1) / C::kTileN;
-  load_tile(0, 0);
+  int next_phys = -1, next_off = 0;  // table entry of tile t + 1
+  {
+    int phys0, off0;
+    table_ahead(0, phys0, off0);
+    if (n_tiles > 1) table_ahead(1, next_phys, next_off);
+    load_tile(0, phys0, off0);
+  }
   cp_async_commit();  // group 0: Q and tile 0
 
-  // This thread's two rows in its warp's m16 tile: lane / 4 and lane / 4 + 8.
-  const int warp_row0 = kDecode ? 0 : warp * 16;
-  const int warp_tok0 = kDecode ? warp * C::kWarpTokens : 0;
   int lim[2];  // last KV position (inclusive) each row may see
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -322,10 +358,18 @@ __global__ void __launch_bounds__(kThreads)
   const int v_chunk = C::kChunksQ + lane / 16;  // V half of the token row
 
   for (int t = 0; t < n_tiles; ++t) {
-    if (t + 1 < n_tiles) load_tile(t + 1, (t + 1) % kStages);
+    if (t + 1 < n_tiles) {
+      load_tile((t + 1) % kStages, next_phys, next_off);
+      if (t + 2 < n_tiles) table_ahead(t + 2, next_phys, next_off);
+    }
     cp_async_commit();
     cp_async_wait<1>();
-    __syncthreads();
+    // Decode: the warp's own copies, but Q (group 0) came from all threads.
+    if (!kDecode || t == 0) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
     const uint32_t stage = kv_base + (t % kStages) * C::kKvStageBytes;
 
     if constexpr (C::kQInRegs) {
@@ -427,7 +471,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }  // sub
-    __syncthreads();  // the stage is refilled next iteration
+    // The stage is refilled next iteration (decode: by this warp only).
+    if constexpr (kDecode) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
   }
   cp_async_wait<0>();
 
@@ -457,8 +506,7 @@ __global__ void __launch_bounds__(kThreads)
     float* red_o = reinterpret_cast<float*>(kv_smem);
     float* red_m = red_o + kWarps * 16 * D;
     float* red_l = red_m + kWarps * 16;
-    // Every warp is past its last ldmatrix of the stages (the loop ends with
-    // __syncthreads; a CTA with no tile has none).
+    __syncthreads();  // the warps ran apart: all past their last ldmatrix
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = lane / 4 + hr * 8;
@@ -477,6 +525,10 @@ __global__ void __launch_bounds__(kThreads)
     T* out = static_cast<T*>(p.out);
     const int hq0 = h * G;
     const int64_t part_row0 = (int64_t(b) * p.num_kv_heads * G + hq0);
+    // Splits this sequence fills (>= 1: kv_begin < seq_len above); one
+    // writes the output itself.
+    const int n =
+        min(p.splits, (s.seq_len + p.split_tokens - 1) / p.split_tokens);
     for (int idx = tid; idx < G * D; idx += kThreads) {
       const int r = idx / D, d = idx % D;
       float mx = -INFINITY;
@@ -490,7 +542,7 @@ __global__ void __launch_bounds__(kThreads)
         o += red_o[(w * 16 + r) * D + d] * c;
         sum += red_l[w * 16 + r] * c;
       }
-      if (p.splits == 1) {
+      if (n == 1) {
         out[int64_t(s.q0) * p.out_s0 + int64_t(hq0 + r) * p.out_s1 + d] =
             from_float<T>(sum > 0.f ? o / sum : 0.f);
       } else {
@@ -499,34 +551,71 @@ __global__ void __launch_bounds__(kThreads)
         if (d == 0) p.part_ml[prow] = make_float2(mx, sum);
       }
     }
-  }
-}
+    if (n == 1) return;
 
-// Merges the decode splits of one (sequence, q head) in split order.
-template <typename T, int D>
-__global__ void __launch_bounds__(kCombineThreads)
-    paged_attention_combine_kernel(const Params p, int num_heads) {
-  const int b = blockIdx.x / num_heads;
-  const int hq = blockIdx.x % num_heads;
-  cuda::wait_for_prior_grids();
-  const SeqInfo s = seq_info(p, b);
-  if (s.q_len != 1) return;
-  const int n =
-      min(p.splits, (s.seq_len + p.split_tokens - 1) / p.split_tokens);
-  const int64_t prow0 = (int64_t(b) * num_heads + hq) * p.splits;
-  float mx = -INFINITY;
-  for (int k = 0; k < n; ++k) mx = fmaxf(mx, p.part_ml[prow0 + k].x);
-  T* out = static_cast<T*>(p.out) + int64_t(s.q0) * p.out_s0 +
-           int64_t(hq) * p.out_s1;
-  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
-    float o = 0.f, sum = 0.f;
-    for (int k = 0; k < n; ++k) {
-      const float2 ml = p.part_ml[prow0 + k];
-      const float c = ml.x == -INFINITY ? 0.f : fast_exp2(ml.x - mx);
-      o += p.part_o[(prow0 + k) * D + d] * c;
-      sum += ml.y * c;
+    // ---- fused combine: the last split of (b, h) to finish merges all ----
+    // Release: this CTA's partials are visible device-wide before its count
+    // (the threadFenceReduction pattern); the last CTA reads them through L2
+    // (__ldcg) and sums in split order, so the result does not depend on
+    // which CTA came last. The counters are zeroed per call (host side).
+    __shared__ int last_split;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      last_split =
+          atomicAdd(p.counters + int64_t(b) * p.num_kv_heads + h, 1) == n - 1;
     }
-    out[d] = from_float<T>(sum > 0.f ? o / sum : 0.f);
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    // Scratch over the stages (every thread is past the merge above):
+    // coef[r][k] (first the split's max), sum_k[r][k], inv_l[r].
+    float* coef = reinterpret_cast<float*>(kv_smem);
+    float* sum_k = coef + G * n;
+    float* inv_l = sum_k + G * n;
+    for (int i = tid; i < G * n; i += kThreads) {
+      const int r = i / n, k = i - r * n;
+      const float2 ml = __ldcg(p.part_ml + (part_row0 + r) * p.splits + k);
+      coef[i] = ml.x;
+      sum_k[i] = ml.y;
+    }
+    __syncthreads();
+    if (tid < G) {
+      float mx = -INFINITY;
+      for (int k = 0; k < n; ++k) mx = fmaxf(mx, coef[tid * n + k]);
+      float sum = 0.f;
+      for (int k = 0; k < n; ++k) {
+        const float mk = coef[tid * n + k];
+        const float c = mk == -INFINITY ? 0.f : fast_exp2(mk - mx);
+        coef[tid * n + k] = c;
+        sum += sum_k[tid * n + k] * c;
+      }
+      inv_l[tid] = sum > 0.f ? 1.f / sum : 0.f;
+    }
+    __syncthreads();
+    // One float4 of one row per thread; the n loads are independent
+    // (unrolled, so several are in flight at once).
+    constexpr int kQuads = D / 4;
+    for (int idx = tid; idx < G * kQuads; idx += kThreads) {
+      const int r = idx / kQuads, d = (idx % kQuads) * 4;
+      const float4* src = reinterpret_cast<const float4*>(
+          p.part_o + (part_row0 + r) * p.splits * D + d);
+      const float* c = coef + r * n;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 16
+      for (int k = 0; k < n; ++k) {
+        const float4 v = __ldcg(src + k * kQuads);
+        o.x += c[k] * v.x;
+        o.y += c[k] * v.y;
+        o.z += c[k] * v.z;
+        o.w += c[k] * v.w;
+      }
+      const float inv = inv_l[r];
+      uint32_t* dst = reinterpret_cast<uint32_t*>(
+          out + int64_t(s.q0) * p.out_s0 + int64_t(hq0 + r) * p.out_s1 + d);
+      dst[0] = pack2<T>(o.x * inv, o.y * inv);
+      dst[1] = pack2<T>(o.z * inv, o.w * inv);
+    }
   }
 }
 
@@ -561,14 +650,17 @@ int decode_ctas_per_sm() {
 }
 
 // Splits of the decode context for base = B * H_kv CTAs on `slots` resident
-// CTA slots: the fewest splits within 5% of the best slot-wave fill
-// (ctas / (waves * slots)), each split >= one tile, at most kMaxSplits.
-// (Within 2%, 32 x 8k at 396 slots took 26 splits for 0.989 over 3 splits'
-// 0.970: 9x the partial traffic for 2% of fill.)
+// CTA slots, each split >= one tile, at most kMaxSplits. If every split of
+// one tile fits in one wave, take them all (a small batch is latency bound:
+// the shortest chain per CTA; 1 x 3 kv heads x 512 tokens is 24 CTAs, not
+// 9). Otherwise the fewest splits within 5% of the best slot-wave fill
+// (ctas / (waves * slots)). (Within 2%, 32 x 8k at 396 slots took 26 splits
+// for 0.989 over 3 splits' 0.970: 9x the partial traffic for 2% of fill.)
 int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
   const int64_t tiles =
       std::max<int64_t>(1, (max_seq_len + kDecodeTileN - 1) / kDecodeTileN);
   const int max_splits = int(std::min<int64_t>(tiles, kMaxSplits));
+  if (base * max_splits <= slots) return max_splits;
   double fill[kMaxSplits + 1] = {};
   double best = 0.0;
   for (int s = 1; s <= max_splits; ++s) {
@@ -593,7 +685,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
   const int64_t g = sh.num_heads / sh.num_kv_heads;
   const bool decode_kernel = g <= kDecodeMaxGroup;
   p.skip_decode_rows = decode_kernel;
-  at::Tensor part_o, part_ml;
+  at::Tensor part_o, part_ml, counters;
   if (decode_kernel) {
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     const int64_t slots = int64_t(sms) * decode_ctas_per_sm<T, D>();
@@ -610,8 +702,15 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
                          query.options().dtype(at::kFloat));
       part_ml = at::empty({sh.num_seqs * sh.num_heads * splits * 2},
                           query.options().dtype(at::kFloat));
+      // Zeroed by a memset on the stream (a memset node under graph
+      // capture): no host sync.
+      counters = at::empty({sh.num_seqs * sh.num_kv_heads},
+                           query.options().dtype(at::kInt));
+      C10_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr<int>(), 0,
+                                     counters.numel() * sizeof(int), stream));
       p.part_o = part_o.data_ptr<float>();
       p.part_ml = reinterpret_cast<float2*>(part_ml.data_ptr<float>());
+      p.counters = counters.data_ptr<int>();
     }
     prepare_kernel<T, D, true>();
     const dim3 grid(unsigned(sh.num_seqs), unsigned(sh.num_kv_heads),
@@ -619,11 +718,6 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     paged_attention_kernel<T, D, true>
         <<<grid, kThreads, Config<D, true>::kSmemBytes, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (splits > 1) {
-      cuda::launch_with_pdl<paged_attention_combine_kernel<T, D>>(
-          unsigned(sh.num_seqs * sh.num_heads), kCombineThreads, stream, p,
-          int(sh.num_heads));
-    }
   }
   if (max_query_len > 1 || !decode_kernel) {
     const int64_t row_tiles =

@@ -2,8 +2,11 @@
 """CUDA-only paths of the paged attention kernels (csrc/attention/*.cu) that
 the device-parametrized tests in test_paged_attention.py do not reach:
 
-- the decode kernel's context splits (flash-decoding) and their combine,
-  from one split (many sequences) to the most (one long sequence);
+- the decode kernel's context splits (flash-decoding) and their merge by
+  the last split to finish, from one split (many sequences) to the most (one
+  long sequence); the merge bit-for-bit deterministic, its counters zeroed
+  on every call and graph replay;
+- the block table read a tile ahead: block sizes 1, 7 and 128;
 - G = H_q / H_kv > 16: decode rows go through the prefill kernel;
 - query / out views the kernels cannot read or write directly (odd strides,
   misaligned starts) go through copies;
@@ -52,6 +55,51 @@ def test_decode_splits(device: str, lengths: list) -> None:
         batch = make_batch(lengths, *heads, d, 16, dtype, device=device, seed=21)
         _run(batch)
         assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("block_size", [1, 7, 128])
+@pytest.mark.parametrize("device", CUDA)
+def test_block_table_read_ahead(device: str, block_size: int) -> None:
+    """The kernels read each tile's block-table entries a tile ahead, one
+    per token: block sizes below, across and above a 64-token tile, decode
+    rows of many splits and one, and prefill rows."""
+    lengths = [(1, 2000), (1, 64), (1, 65), (1, 1), (37, 300), (3, 129)]
+    batch = make_batch(
+        lengths, 8, 2, 128, block_size, torch.bfloat16, device=device, seed=5
+    )
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_decode_split_merge_is_deterministic(device: str) -> None:
+    """The last split of a (sequence, kv head) to finish merges all of them
+    in split order: which CTA is last must not change a bit of the output.
+    Also: the per-call counters start from zero on every call."""
+    lengths = [(1, 16384), (1, 3000), (1, 100)]
+    batch = make_batch(lengths, 32, 8, 128, 16, torch.bfloat16, device=device)
+    _run(batch)
+    first = batch.out.clone()
+    assert_attention_close(batch)
+    for _ in range(3):
+        batch.out.fill_(float("nan"))
+        _run(batch)
+        assert torch.equal(batch.out, first)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_cuda_graph_replays_repeat(device: str) -> None:
+    """Replayed several times: the split counters of the fused merge are
+    zeroed inside the graph, not only at capture."""
+    lengths = [(1, 5000), (1, 40), (1, 900)]
+    batch = make_batch(lengths, 9, 3, 64, 16, torch.float16, device=device, seed=9)
+    graph = contract.capture_without_host_sync(lambda: _run(batch), device)
+    expected = batch.expected()
+    for _ in range(3):
+        batch.out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize(device)
+        assert_attention_close(batch, expected)
 
 
 @pytest.mark.parametrize("heads", [(32, 1), (64, 2), (17, 1)])

@@ -15,8 +15,8 @@ from the bf16 SmolLM2 directory:
   reference.
 
 Engines, one after the other in one subprocess (tests.plugin._w4a16_run),
-all eager (start-up: see test_plugin_real_text's docstring) except RUNS'
-one compiled run: ``online`` (bf16 checkpoint + ``--quantization
+all eager (start-up: see test_plugin_real_text's docstring) except, in the
+full scope, COMPILED_RUN: ``online`` (bf16 checkpoint + ``--quantization
 myops_w4a16``: RTN group 128 asymmetric at load), ``gptq_vllm`` (vLLM's
 ``gptq``), ``gptq_ours`` (the same checkpoint, ``--quantization
 myops_w4a16``) and ``act_asym_ours``. Two HF fp32 references run beside it
@@ -29,8 +29,11 @@ section "W4A16 quantization").
 
 Time: 393 s for the module on the 2-core machine (engine starts 37-42 s
 eager, 190 s compiled; quantizing overlaps the first start); 1319 s under
-a load average of 6-7 from other builds. COMPILED_RUN = None drops the
-compiled run (~-150 s).
+a load average of 6-7 from other builds. The compiled run is the full
+scope's: in the quick scope every engine is eager (~-150 s), and torch.compile
+of the W4A16 op stays covered on the CPU by
+tests/kernels/quantization/test_w4a16_gemm.py::test_torch_compile_fullgraph
+(Inductor, fullgraph, compiled equals eager).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kernels.utils import is_full_scope
 from tests.plugin import _teacher_forced as teacher_forced
 from tests.plugin._helpers import (
     REAL_TEXT_CORPUS,
@@ -54,7 +58,9 @@ pytestmark = [requires_vllm, requires_extension, pytest.mark.slow]
 
 CORPUS = REAL_TEXT_CORPUS
 WINDOW = 1024
-COMPILED_RUN = "gptq_ours"  # the one run under torch.compile
+# The one run under torch.compile (vLLM's compiled mode): full scope only,
+# see the module docstring.
+COMPILED_RUN = "gptq_ours" if is_full_scope() else None
 
 # --- Thresholds ------------------------------------------------------------
 # Online RTN int4 (group 128, asym) against the bf16 model's perplexity
@@ -219,7 +225,10 @@ def test_gptq_checkpoint_ours_matches_dequantized_hf(w4a16_runs):
     )
     print(
         teacher_forced.report(
-            "w4a16", f"gptq sym64 ({COMPILED_RUN}): ours vs HF fp32 dequantized", c
+            "w4a16",
+            f"gptq sym64 ({w4a16_runs['runs']['gptq_ours']['mode']}): ours vs HF "
+            "fp32 dequantized",
+            c,
         )
     )
     _check_vs_hf(c)

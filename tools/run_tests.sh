@@ -13,11 +13,14 @@ PY="${VLLM_MYOPS_PYTHON:-.venv/bin/python}"
 
 # The CUDA compile check needs no GPU and nothing from the tests: it runs in
 # the background beside lint and pytest (both often wait on one vLLM
-# process), and its log is printed once pytest is done.
-say "CUDA compile check: every csrc/**/*.cu for each default arch, against CUDA torch headers (background)"
+# process), and its log is printed once pytest is done. Niced: its ~11 min
+# of nvcc (two threads) then fill the cores the tests leave idle (a
+# vLLM-CPU worker computes on one core) instead of halving the kernel
+# tests' share of the two cores.
+say "CUDA compile check: every csrc/**/*.cu for each default arch, against CUDA torch headers (background, niced)"
 cuda_log="$(mktemp)"
 trap 'rm -f "$cuda_log"' EXIT
-bash tools/ci/check_cuda_compile.sh >"$cuda_log" 2>&1 &
+nice -n 15 bash tools/ci/check_cuda_compile.sh >"$cuda_log" 2>&1 &
 cuda_pid=$!
 
 if [[ -f tools/ci/ci_lint.sh ]]; then

@@ -44,10 +44,15 @@ Gates: the constants below, those of test_plugin_real_text where the
 quantity is the same (the bf16 noise floor of the logits), each with the
 figure it bounds.
 
-Time: 7 passed in 326 s on the 2-core machine (load ~3.5 from other
-work), 647 s under a load average of 11-12: 3 vLLM starts (SmolLM2 57-91 s each, Qwen3 50 s) and their requests
-(SmolLM2 CUSTOM 32 s, CPU_ATTN 22 s, Qwen3 6 s), the HF references beside
-them. A rebuild of the extension while it runs kills the engine (the .so
+Time: 7 passed in 186 s on the 2-core machine (load 1.4-2.6; 2026-12-01,
+vLLM's engine core in the script's process: tests.plugin._engine_run), 3
+vLLM starts (SmolLM2 20-25 s each, Qwen3 20 s) and their requests (SmolLM2
+CUSTOM 34 s, CPU_ATTN 16 s, Qwen3 5 s), the HF references beside them.
+Before that (engine core in its own process): 326 s at load ~3.5 (starts
+57-91 s), 647 s under a load average of 11-12. The quick scope keeps all
+three windows: with the first window alone (2047 positions) the ppl bound
+MAX_PPL_REL_DIFF would be ~2 standard errors instead of ~3, and the start
+costs more than the requests anyway. A rebuild of the extension while it runs kills the engine (the .so
 is replaced under the workers): rerun.
 """
 

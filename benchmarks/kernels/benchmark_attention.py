@@ -515,19 +515,19 @@ def reference(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
         rows = max(1, REF_CHUNK_BYTES // (cs * hq * n * 4))
         for r0 in range(0, ql, rows):
             r1 = min(ql, r0 + rows)
-            kend = n - ql + r1  # the chunk's last row sees keys [0, kend)
+            keys_end = n - ql + r1  # the chunk's last row sees keys [0, keys_end)
             # [cs, rows, H_kv, G, D] -> [cs, H_kv, G * rows, D]
             qc = q[j, r0:r1].float().permute(0, 2, 3, 1, 4)
             qc = qc.reshape(cs, hkv, g * (r1 - r0), d)
-            sc = (qc @ k[:, :, :kend].transpose(-1, -2)) * scale
+            sc = (qc @ k[:, :, :keys_end].transpose(-1, -2)) * scale
             if causal:
                 row = torch.arange(r0, r1, device=sc.device) + (n - ql)
-                hide = torch.arange(kend, device=sc.device)[None, :] > row[:, None]
-                sc.view(cs, hkv, g, r1 - r0, kend).masked_fill_(hide, float("-inf"))
+                hide = torch.arange(keys_end, device=sc.device)[None, :] > row[:, None]
+                sc.view(cs, hkv, g, r1 - r0, keys_end).masked_fill_(hide, float("-inf"))
             p = torch.softmax(sc, dim=-1)
             del sc
             for dst, val in ((out, v), (pv_abs, v_abs)):
-                o = p @ val[:, :, :kend]
+                o = p @ val[:, :, :keys_end]
                 dst[j, r0:r1] = o.view(cs, hkv, g, r1 - r0, d).permute(0, 3, 1, 2, 4)
             del p
     return out.view(b * ql, hq, d), pv_abs.view(b * ql, hq, d)

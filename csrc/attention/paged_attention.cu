@@ -287,8 +287,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kCopyToks = C::kTileN / kWarps;
   constexpr int kLanesPerTok = 32 / kCopyToks;
   constexpr int kCopies = C::kChunksKV / kLanesPerTok;
-  static_assert(kCopyToks * kLanesPerTok == 32 && kCopies * kLanesPerTok ==
-                                                      C::kChunksKV);
+  static_assert(kCopyToks * kLanesPerTok == 32 &&
+                kCopies * kLanesPerTok == C::kChunksKV);
   static_assert(!kDecode || kCopyToks == C::kWarpTokens);
   const int copy_tok = warp * kCopyToks + lane / kLanesPerTok;
   const int copy_lane = lane % kLanesPerTok;

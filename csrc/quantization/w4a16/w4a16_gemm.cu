@@ -96,7 +96,11 @@ constexpr int kStagesFor = 2;
 // warp: ncu at 28672x4096, M = 1 showed 18% occupancy and 17% of DRAM
 // bandwidth, NOTES §8.) 4 warps x 4 slots x 2 KB = 32 KB per block.
 constexpr int kDecodeStages = 4;
+// Resident blocks per SM the ring kernel is compiled for (registers capped
+// at 65536 / (128 x blocks)): 3 by default; "ring4" (4 blocks, <= 128
+// registers) trades registers for warps, chosen by measurement (NOTES §8).
 constexpr int kDecodeMinBlocksPerSm = 3;
+constexpr int kDecodeMoreBlocksPerSm = 4;
 // Split-K bounds: a split gives each warp at least one full ring of k-tiles
 // (kWarps * stages), and at most kMaxSplits splits (workspace traffic grows
 // with them).
@@ -479,10 +483,13 @@ __global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
 // lane l words 4l..4l+3 of each k16 step), so the ring needs no barrier. The
 // scales / zeros of a tile ride along in a register ring of the same depth,
 // the A fragments one tile ahead (A is small and read by every block: L2).
-template <typename T>
-__global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
+template <typename T, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     w4a16_decode_kernel(const GemmArgs p) {
-  constexpr int kS = kDecodeStages;
+  // The 4-blocks build fits 128 registers with one slot less and A loaded
+  // when used (4 slots and A one tile ahead spill ~100 bytes there).
+  constexpr bool kMoreBlocks = kMinBlocks > kDecodeMinBlocksPerSm;
+  constexpr int kS = kMoreBlocks ? kDecodeStages - 1 : kDecodeStages;
   constexpr int kQuads = layout::kTileWords / 4;  // 16-byte words per tile
   __shared__ __align__(16) uint4 ring[kWarps][kS][kQuads];
   __shared__ float partial[16][layout::kTileN];
@@ -531,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
     tc::cp_async_commit();  // one group per ring slot, even if empty
   }
   Stage<1> st;
-  if (count > 0) {
+  if (!kMoreBlocks && count > 0) {
 #pragma unroll
     for (int s = 0; s < layout::kSteps; ++s) {
       load_a_frag<T>(p, row0, first * layout::kTileK + 16 * s, lane, st.a[s]);
@@ -555,7 +562,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
         st.group[0] = groups[j][0];
         st.group[1] = groups[j][1];
         uint32_t a_next[layout::kSteps][4];
-        if (i + 1 < count) {
+        if constexpr (kMoreBlocks) {
+#pragma unroll
+          for (int s = 0; s < layout::kSteps; ++s) {
+            load_a_frag<T>(p, row0,
+                           (first + i * kWarps) * layout::kTileK + 16 * s, lane,
+                           st.a[s]);
+          }
+        } else if (i + 1 < count) {
 #pragma unroll
           for (int s = 0; s < layout::kSteps; ++s) {
             load_a_frag<T>(p, 0,
@@ -564,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocksPerSm)
           }
         }
         compute_stage<T, 1>(p, first + i * kWarps, row0, lane, st, acc);
-        if (i + 1 < count) {
+        if (!kMoreBlocks && i + 1 < count) {
 #pragma unroll
           for (int s = 0; s < layout::kSteps; ++s)
 #pragma unroll
@@ -678,10 +692,14 @@ __global__ void __launch_bounds__(kDequantThreads)
 
 template <typename T>
 void launch_mma(const GemmArgs& args, int m_tiles_per_block, int m_blocks,
-                int n_tiles, cudaStream_t stream) {
+                int n_tiles, bool more_blocks, cudaStream_t stream) {
   const dim3 grid(m_blocks, n_tiles, args.splits);
-  if (m_tiles_per_block == 1) {
-    w4a16_decode_kernel<T><<<grid, kThreads, 0, stream>>>(args);
+  if (m_tiles_per_block == 1 && more_blocks) {
+    w4a16_decode_kernel<T, kDecodeMoreBlocksPerSm>
+        <<<grid, kThreads, 0, stream>>>(args);
+  } else if (m_tiles_per_block == 1) {
+    w4a16_decode_kernel<T, kDecodeMinBlocksPerSm>
+        <<<grid, kThreads, 0, stream>>>(args);
   } else {
     w4a16_mma_kernel<T, kMaxMTiles><<<grid, kThreads, 0, stream>>>(args);
   }
@@ -690,13 +708,17 @@ void launch_mma(const GemmArgs& args, int m_tiles_per_block, int m_blocks,
 
 // Blocks of the kernel one SM holds at once (asked once per instantiation;
 // the process drives one kind of GPU).
+// kMTiles == 0: the ring kernel compiled for more blocks per SM.
 template <typename T, int kMTiles>
 int resident_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if constexpr (kMTiles == 1) {
+    if constexpr (kMTiles == 0) {
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &b, w4a16_decode_kernel<T>, kThreads, 0));
+          &b, w4a16_decode_kernel<T, kDecodeMoreBlocksPerSm>, kThreads, 0));
+    } else if constexpr (kMTiles == 1) {
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &b, w4a16_decode_kernel<T, kDecodeMinBlocksPerSm>, kThreads, 0));
     } else {
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
           &b, w4a16_mma_kernel<T, kMTiles>, kThreads, 0));
@@ -737,7 +759,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
               const std::optional<at::Tensor>& bias,
               const w4a16::GemmShape& shape, int group_rows, bool ring,
-              at::Tensor& out) {
+              bool more_blocks, at::Tensor& out) {
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
   const int m_tiles_per_block = ring ? 1 : kMaxMTiles;
@@ -752,8 +774,9 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t slots =
       static_cast<int64_t>(sms) *
-      (m_tiles_per_block == 1 ? resident_blocks_per_sm<T, 1>()
-                              : resident_blocks_per_sm<T, kMaxMTiles>());
+      (m_tiles_per_block != 1 ? resident_blocks_per_sm<T, kMaxMTiles>()
+       : more_blocks          ? resident_blocks_per_sm<T, 0>()
+                              : resident_blocks_per_sm<T, 1>());
   const int stages =
       m_tiles_per_block == 1 ? kDecodeStages : kStagesFor<kMaxMTiles>;
   int splits = choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles,
@@ -781,14 +804,16 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 
   if (splits == 1) {
     args.out = out.data_ptr();
-    launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, stream);
+    launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, more_blocks,
+                  stream);
     return;
   }
   at::Tensor workspace =
       at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
   args.workspace = workspace.data_ptr<float>();
   args.out = nullptr;
-  launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, stream);
+  launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, more_blocks,
+                stream);
 
   const int64_t mn = shape.m * shape.n;
   constexpr int kReduceThreads = 256;
@@ -802,10 +827,11 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 }
 
 // VLLM_MYOPS_W4A16_CUDA_PATH (read once): "ring" (w4a16_decode_kernel, in
-// M tiles of 16), "mma" (w4a16_mma_kernel) or "dequant" (dequant + cuBLAS)
-// forces that path at every M, so the tests cover each and the benchmark
-// can compare them; unset or "auto" chooses by M (kRingMaxM, kDequantMinM).
-enum class CudaPath { kAuto, kRing, kMma, kDequant };
+// M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel)
+// or "dequant" (dequant + cuBLAS) forces that path at every M, so the tests
+// cover each and the benchmark can compare them; unset or "auto" chooses by M
+// (kRingMaxM, kDequantMinM).
+enum class CudaPath { kAuto, kRing, kRing4, kMma, kDequant };
 
 CudaPath forced_cuda_path() {
   static const CudaPath f = [] {
@@ -813,11 +839,12 @@ CudaPath forced_cuda_path() {
     const std::string v = env ? env : "";
     if (v.empty() || v == "auto") return CudaPath::kAuto;
     if (v == "ring") return CudaPath::kRing;
+    if (v == "ring4") return CudaPath::kRing4;
     if (v == "mma") return CudaPath::kMma;
     if (v == "dequant") return CudaPath::kDequant;
     TORCH_CHECK(false,
-                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, ring, mma or "
-                "dequant, got '",
+                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, ring, ring4, mma "
+                "or dequant, got '",
                 v, "'");
     return CudaPath::kAuto;
   }();
@@ -903,13 +930,14 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
     }
     return out;
   }
-  const bool ring = path == CudaPath::kRing;
+  const bool ring4 = path == CudaPath::kRing4;
+  const bool ring = path == CudaPath::kRing || ring4;
   if (is_half) {
     run_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape, group_rows,
-                     ring, out);
+                     ring, ring4, out);
   } else {
     run_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias, shape,
-                            group_rows, ring, out);
+                            group_rows, ring, ring4, out);
   }
   return out;
 }

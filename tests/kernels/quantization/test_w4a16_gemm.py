@@ -500,9 +500,10 @@ needs_cuda = pytest.mark.skipif(
 
 @needs_cuda
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["ring", "mma", "dequant"])
+@pytest.mark.parametrize("path", ["ring", "ring4", "mma", "dequant"])
 def test_cuda_paths(path: str, tmp_path: Path) -> None:
-    """ring: the cp.async-ring kernel at every M (M tiles of 16); mma: the
+    """ring: the cp.async-ring kernel at every M (M tiles of 16; ring4: its
+    build for 4 blocks per SM, <= 128 registers); mma: the
     register-ring kernel (M tiles of 32) at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included. The default run covers each path only
     in its own M range; these reruns hold every path to the same fp64

@@ -19,13 +19,13 @@ pytest process. It writes one JSON file:
   vllm:iteration_tokens_total), the independent figure the counters are
   checked against
 
-Several providers run one after the other in this process (each LLM with
+Several modes and providers run one after the other in this process (each LLM with
 its own engine-core and worker processes, shut down before the next one
 starts: tests.plugin._engine_run), which saves one vLLM import per extra
-provider.
+run.
 
 Usage: python -m tests.plugin._offline_llm_run --model DIR --providers myops,native
-           --mode eager|compile --out FILE.json [--dtype bfloat16]
+           --modes eager[,compile] --out FILE.json [--dtype bfloat16]
            [--teacher-prompts FILE.json] [--max-tokens 0] [--max-model-len N]
 """
 
@@ -84,7 +84,7 @@ def teacher_prompt_ids(llm, teacher_prompts: str | None) -> list[list[int]]:
     return [tok(ln).input_ids for ln in CORPUS.splitlines() if ln.strip()]
 
 
-def run_one(args, provider: str) -> dict:
+def run_one(args, mode: str, provider: str) -> dict:
     with _engine_run.started(
         model=args.model,
         dtype=args.dtype,
@@ -94,7 +94,7 @@ def run_one(args, provider: str) -> dict:
         # the node's memory and refuses to start on a busy machine.
         kv_cache_memory_bytes=args.kv_cache_mib << 20,
         disable_log_stats=False,
-        enforce_eager=args.mode == "eager",
+        enforce_eager=mode == "eager",
         kernel_config={
             "ir_op_priority": {"rms_norm": [provider], "fused_add_rms_norm": [provider]}
         },
@@ -114,7 +114,7 @@ def run_one(args, provider: str) -> dict:
     result = {
         "model": args.model,
         "provider": provider,
-        "mode": args.mode,
+        "mode": mode,
         "dtype": args.dtype,
         "greedy": greedy,
         "greedy_margins": greedy_margins,
@@ -128,7 +128,7 @@ def run_one(args, provider: str) -> dict:
         "time_requests_s": scored["time_requests_s"],
     }
     print(
-        f"[offline] {provider}/{args.mode}: start {engine.time_start_s:.1f}s, "
+        f"[offline] {provider}/{mode}: start {engine.time_start_s:.1f}s, "
         f"requests {scored['time_requests_s']:.2f}s (teacher-forced), "
         f"calls {after['calls']}",
         flush=True,
@@ -140,7 +140,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--providers", default="myops,native")
-    ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument(
+        "--modes",
+        default="eager",
+        help="eager and/or compile, comma-separated: each mode runs every provider",
+    )
     ap.add_argument("--dtype", default="auto")
     ap.add_argument(
         "--max-tokens", type=int, default=24, help="greedy tokens per prompt (0: none)"
@@ -151,7 +155,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
-    runs = [run_one(args, p) for p in args.providers.split(",")]
+    modes = args.modes.split(",")
+    assert set(modes) <= {"eager", "compile"}, modes
+    runs = [run_one(args, m, p) for m in modes for p in args.providers.split(",")]
     with open(args.out, "w") as f:
         json.dump({"runs": runs}, f)
 

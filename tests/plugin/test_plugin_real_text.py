@@ -139,7 +139,7 @@ def real_text_runs(smollm2_model: Path, tmp_path_factory) -> dict[str, dict]:
     vllm_cmd = [
         "-m", "tests.plugin._offline_llm_run",
         "--model", str(smollm2_model),
-        "--mode", mode,
+        "--modes", mode,
         "--providers", "myops,native",
         "--teacher-prompts", str(prompts),
         "--max-tokens", "0",

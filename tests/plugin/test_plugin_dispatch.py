@@ -19,6 +19,7 @@ A few seconds in process; the subprocess tests ~20 s each.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -241,9 +242,38 @@ print("RESULT " + json.dumps(res))
     }
 
 
+COUNTING = ["counting-on", "counting-off"]
+
+
+@pytest.fixture(scope="module")
+def lowering_runs():
+    """(device, counting) -> the RESULT line of tests.plugin._ir_lowering_run.
+    Both counting settings of a device run at once (two single-threaded
+    compiles on a 2-core machine)."""
+    cache: dict[tuple[str, str], dict] = {}
+
+    def run(device: str, counting: str) -> dict:
+        env = subprocess_env(MYOPS_STATS="1" if counting == "counting-on" else None)
+        out = run_python(
+            ["-m", "tests.plugin._ir_lowering_run", device], timeout=600, env=env
+        ).stdout
+        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
+        return json.loads(line[len("RESULT ") :])
+
+    def get(device: str, counting: str) -> dict:
+        if (device, counting) not in cache:
+            with ThreadPoolExecutor(len(COUNTING)) as pool:
+                futures = {c: pool.submit(run, device, c) for c in COUNTING}
+                for c, f in futures.items():
+                    cache[(device, c)] = f.result()
+        return cache[(device, counting)]
+
+    return get
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("counting", ["counting-on", "counting-off"])
-def test_vllm_ir_lowering_pipeline(device, counting):
+@pytest.mark.parametrize("counting", COUNTING)
+def test_vllm_ir_lowering_pipeline(lowering_runs, device, counting):
     """vLLM's default compiled mode on CUDA lowers IR ops after AOTAutograd:
     the lowering pass traces our in-place fused_add_rms_norm on clones of its
     inputs, then clone elimination asserts that each clone has at most one
@@ -253,12 +283,7 @@ def test_vllm_ir_lowering_pipeline(device, counting):
     passes inside Inductor: compiles, every execution is counted, and the
     result equals the eager one (ours exactly: same kernel; native within a
     few bf16 ulps, as Inductor fuses its elementwise math in fp32)."""
-    env = subprocess_env(MYOPS_STATS="1" if counting == "counting-on" else None)
-    out = run_python(
-        ["-m", "tests.plugin._ir_lowering_run", device], timeout=600, env=env
-    ).stdout
-    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
-    res = json.loads(line[len("RESULT ") :])
+    res = lowering_runs(device, counting)
     for provider, other in (("myops", "native"), ("native", "myops")):
         r = res[provider]
         if counting == "counting-on":

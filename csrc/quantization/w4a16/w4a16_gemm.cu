@@ -91,14 +91,16 @@ constexpr int kThreads = kWarps * 32;
 template <int kMTiles>
 constexpr int kStagesFor = 2;
 // M <= 16 (decode): the B tiles go through a ring of kDecodeStages shared-
-// memory slots per warp, filled by cp.async, so the bytes in flight cost no
-// registers. (The register ring of the mma kernel kept one tile ahead per
-// warp: ncu at 28672x4096, M = 1 showed 18% occupancy and 17% of DRAM
-// bandwidth, NOTES §8.) 4 warps x 4 slots x 2 KB = 32 KB per block.
+// memory slots per warp (one less in the 4-blocks build), filled by
+// cp.async, so the bytes in flight cost no registers. (The register ring of
+// the mma kernel kept one tile ahead per warp: ncu at 28672x4096, M = 1
+// showed 18% occupancy and 17% of DRAM bandwidth, NOTES §8.)
 constexpr int kDecodeStages = 4;
 // Resident blocks per SM the ring kernel is compiled for (registers capped
-// at 65536 / (128 x blocks)): 3 by default; "ring4" (4 blocks, <= 128
-// registers) trades registers for warps, chosen by measurement (NOTES §8).
+// at 65536 / (128 x blocks)). The 4-blocks build ("ring4", <= 128
+// registers, 3 slots) is the default: on the H200 it took 46.7 / 25.9 us at
+// 28672x4096 / 4096x14336, M = 1, against 66.5 / 30.1 us for the 3-blocks
+// build ("ring", 4 slots), same run (NOTES §8).
 constexpr int kDecodeMinBlocksPerSm = 3;
 constexpr int kDecodeMoreBlocksPerSm = 4;
 // Split-K bounds: a split gives each warp at least one full ring of k-tiles
@@ -854,7 +856,7 @@ CudaPath forced_cuda_path() {
 CudaPath cuda_path_for(int64_t m) {
   const CudaPath f = forced_cuda_path();
   if (f != CudaPath::kAuto) return f;
-  if (m <= kRingMaxM) return CudaPath::kRing;
+  if (m <= kRingMaxM) return CudaPath::kRing4;
   return m < kDequantMinM ? CudaPath::kMma : CudaPath::kDequant;
 }
 

@@ -84,7 +84,9 @@ def test_decode_split_merge_is_deterministic(device: str) -> None:
     for _ in range(3):
         batch.out.fill_(float("nan"))
         _run(batch)
-        assert torch.equal(batch.out, first)
+        # Bits, not values: the padding rows past query_start_loc[B] stay NaN
+        # (make_batch) and NaN != NaN.
+        assert torch.equal(batch.out.view(torch.int16), first.view(torch.int16))
 
 
 @pytest.mark.parametrize("device", CUDA)

@@ -268,3 +268,13 @@ def test_w4a16_model_from_the_profile_log_label():
     assert label == "bf16 sym g128 M=16 28672x4096"
     assert nbytes == w4.case_bytes(case) and flops == 2 * 16 * 28672 * 4096
     assert models.lookup("ours bf16 sym g128 M=7 28672x4096") is None
+
+
+def test_real_h200_w4a16_decode_kernel_is_few_warps_limited_by_registers_and_smem():
+    """The first real ncu CSV (H200): the reader takes it as ncu wrote it and the
+    cp.async-ring decode kernel lands on few_warps (17% occupancy, 164 registers)."""
+    ks = ncu.load(DATA / "h200_w4a16.csv", DATA / "h200_w4a16.log")
+    decode = [k for k in ks if "w4a16_decode_kernel" in k.name]
+    assert decode
+    t = tr.triage_kernel(decode[0], NO_BYTES)
+    assert t.verdict.path == ["latency_bound", "few_warps"]

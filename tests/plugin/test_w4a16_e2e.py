@@ -29,7 +29,9 @@ section "W4A16 quantization").
 
 Time: 393 s for the module on the 2-core machine (engine starts 37-42 s
 eager, 190 s compiled; quantizing overlaps the first start); 1319 s under
-a load average of 6-7 from other builds. The compiled run is the full
+a load average of 6-7 from other builds; 253 s in the fresh-clone CI run of
+2026-12-01 22:15 (all eager, engine core in-process: tests.plugin._engine_run).
+The compiled run is the full
 scope's: in the quick scope every engine is eager (~-150 s), and torch.compile
 of the W4A16 op stays covered on the CPU by
 tests/kernels/quantization/test_w4a16_gemm.py::test_torch_compile_fullgraph

@@ -278,3 +278,38 @@ def test_real_h200_w4a16_decode_kernel_is_few_warps_limited_by_registers_and_sme
     assert decode
     t = tr.triage_kernel(decode[0], NO_BYTES)
     assert t.verdict.path == ["latency_bound", "few_warps"]
+
+
+def test_real_h200_log_labels_every_kernel_of_a_case():
+    """A case that launches two kernels (decode + split-K reduce) gets its label
+    on both: the kernels ncu names before a `profile case` line are that case's."""
+    ks = ncu.load(DATA / "h200_w4a16.csv", DATA / "h200_w4a16.log")
+    assert all(k.label for k in ks)
+    ours = [k for k in ks if k.label == "ours bf16 sym g128 M=1 28672x4096"]
+    assert len(ours) == 2
+    assert any("w4a16_decode_kernel" in k.name for k in ours)
+    assert any("w4a16_splitk_reduce_kernel" in k.name for k in ours)
+    floor = [k for k in ks if k.label and k.label.startswith("floor ")]
+    assert floor and all("elementwise" in k.name for k in floor)
+
+
+def test_cli_on_the_real_h200_w4a16_report(tmp_path):
+    """With the benchmark's bytes model: the 58.7 MB floor pass is at the roof, ours
+    is held against its case's total time (decode + reduce), so neither of
+    ours is 'at the roof' (the reduce alone is far shorter than the bytes)."""
+    out = tmp_path / "v.json"
+    rc = cli.main([
+        "triage", str(DATA / "h200_w4a16.csv"), "--log", str(DATA / "h200_w4a16.log"),
+        "--benchmark", "benchmarks.kernels.benchmark_w4a16",
+        "--results", "benchmarks/results/baselines/h200/w4a16_bf16.json", "--json", str(out),
+        "--", "--device", "cpu", "--m", "1,16", "--nk", "28672x4096,4096x14336",
+    ])  # fmt: skip
+    assert rc == 0
+    got = json.loads(out.read_text())
+    floor = [d for d in got if d["label"].startswith("floor ")]
+    ours = [d for d in got if d["label"].startswith("ours ")]
+    big = [d for d in floor if d["label"].endswith("M=1 28672x4096")]
+    assert [d["rule"] for d in big] == ["at_roof"]
+    assert len(ours) == 8 and all(d["rule"] != "at_roof" for d in ours)
+    decode = [d for d in ours if "w4a16_decode_kernel" in d["kernel"]]
+    assert [d["rule"] for d in decode] == ["few_warps"] * 4

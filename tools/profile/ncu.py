@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,28 @@ def labels_of_log(path: str | Path) -> list[str]:
         return [m.group(2) for line in f if (m := CASE.match(line.strip()))]
 
 
+# ncu's line for each kernel it profiles; the program prints its
+# `profile case K: LABEL` after the call, so the kernels named since the
+# previous case line are that case's (an op can launch several kernels).
+PROFILED = re.compile(r'^==PROF== Profiling ".*" - (\d+):')
+
+
+def kernel_labels_of_log(path: str | Path) -> dict[int, str]:
+    """Kernel index -> case label, from the interleaved ncu + program log."""
+    out: dict[int, str] = {}
+    pending: list[int] = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if m := PROFILED.match(line):
+                pending.append(int(m.group(1)))
+            elif m := CASE.match(line):
+                for i in pending:
+                    out[i] = m.group(2)
+                pending = []
+    return out
+
+
 def import_report(report: str | Path) -> str:
     """The raw CSV of a .ncu-rep (needs ncu on PATH)."""
     ncu = shutil.which("ncu")
@@ -118,8 +141,12 @@ def load(path: str | Path, log: str | Path | None = None) -> list[Kernel]:
     )
     kernels = parse_raw_csv(text)
     if log is not None:
+        by_index = kernel_labels_of_log(log)
         labels = labels_of_log(log)
-        if len(labels) == len(kernels):
+        if by_index:
+            for k in kernels:
+                k.label = by_index.get(k.index)
+        elif len(labels) == len(kernels):  # a log without ncu's own lines
             for k, lbl in zip(kernels, labels):
                 k.label = lbl
     return kernels

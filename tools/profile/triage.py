@@ -66,6 +66,9 @@ class Model:
     flops_per_s: float | None = None  # measured compute ceiling
     datasheet_bps: float | None = None
     case: str | None = None
+    # All kernels of the case (an op may launch several, e.g. a split-K GEMM
+    # and its reduce): the roof is held against their sum, not each one.
+    case_time_us: float | None = None
 
 
 def occupancy_limits(regs: float, block: float, smem: float = 0.0) -> dict[str, int]:
@@ -231,7 +234,8 @@ def facts_of(k: Kernel, model: Model | None = None) -> dict[str, Any]:
     roofs = {b: t for b, t in (("memory", mem_us), ("compute", comp_us)) if t}
     if roofs and f["time_us"]:
         f["bound"], f["roof_us"] = max(roofs.items(), key=lambda kv: kv[1])
-        f["roof_pct"] = 100.0 * f["roof_us"] / f["time_us"]
+        spent = (model.case_time_us if model else None) or f["time_us"]
+        f["roof_pct"] = 100.0 * f["roof_us"] / spent
     if f["bound"] != "?" and (mem_us is not None):
         f["memory_dominant"] = 1 if f["bound"] == "memory" else 0
     elif f["sol_mem_pct"] is not None and f["sol_sm_pct"] is not None:
@@ -421,4 +425,14 @@ def models_for(
                 (flops if flops is not None else hit[2]),
             )
         out.append(m)
+    # Kernels sharing a case label split its bytes: each is held against
+    # the case's total time.
+    totals: dict[str, float] = {}
+    for k in kernels:
+        ns = k.get("gpu__time_duration.sum")
+        if k.label and ns is not None:
+            totals[k.label] = totals.get(k.label, 0.0) + ns / 1e3
+    for k, m in zip(kernels, out):
+        if case is None and k.label and m.bytes is not None:
+            m.case_time_us = totals.get(k.label)
     return out

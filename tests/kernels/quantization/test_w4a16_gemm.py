@@ -461,24 +461,31 @@ def test_cpu_avx512_paths(
     )
 
 
-def test_cpu_path_env_rejects_unknown() -> None:
+def _assert_path_env_refused(env_name: str, bad: str, device: str) -> None:
+    """A w4a16_gemm call on `device` in a process with `env_name`=`bad` fails,
+    and its error names the variable and the value."""
     code = (
         "import torch, vllm_myops._custom_ops as ops\n"
-        "a = torch.zeros(1, 64, dtype=torch.bfloat16)\n"
-        "b = ops.w4a16_repack(torch.zeros(8, 64, dtype=torch.int32), 64, 64)\n"
-        "s = torch.ones(1, 64, dtype=torch.bfloat16)\n"
+        f"d = {device!r}\n"
+        "a = torch.zeros(1, 64, dtype=torch.bfloat16, device=d)\n"
+        "q = torch.zeros(8, 64, dtype=torch.int32, device=d)\n"
+        "b = ops.w4a16_repack(q, 64, 64)\n"
+        "s = torch.ones(1, 64, dtype=torch.bfloat16, device=d)\n"
         "ops.w4a16_gemm(a, b, s, None, None, 64, 64, -1)\n"
     )
-    env = dict(os.environ, **{CPU_PATH_ENV: "avx1024"})
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        env=env,
+        env=dict(os.environ, **{env_name: bad}),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode != 0
-    assert CPU_PATH_ENV in proc.stderr and "avx1024" in proc.stderr, proc.stderr
+    assert env_name in proc.stderr and bad in proc.stderr, proc.stderr
+
+
+def test_cpu_path_env_rejects_unknown() -> None:
+    _assert_path_env_refused(CPU_PATH_ENV, "avx1024", "cpu")
 
 
 # ---------------------------------------------------------------------------
@@ -520,21 +527,4 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
 
 @needs_cuda
 def test_cuda_path_env_rejects_unknown() -> None:
-    code = (
-        "import torch, vllm_myops._custom_ops as ops\n"
-        "a = torch.zeros(1, 64, dtype=torch.bfloat16, device='cuda')\n"
-        "q = torch.zeros(8, 64, dtype=torch.int32, device='cuda')\n"
-        "b = ops.w4a16_repack(q, 64, 64)\n"
-        "s = torch.ones(1, 64, dtype=torch.bfloat16, device='cuda')\n"
-        "ops.w4a16_gemm(a, b, s, None, None, 64, 64, -1)\n"
-    )
-    env = dict(os.environ, **{CUDA_PATH_ENV: "wgmma9000"})
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode != 0
-    assert CUDA_PATH_ENV in proc.stderr and "wgmma9000" in proc.stderr, proc.stderr
+    _assert_path_env_refused(CUDA_PATH_ENV, "wgmma9000", "cuda")

@@ -159,3 +159,28 @@ def drift(c: dict) -> float:
     """Mean |dlogprob| of the last quarter of the positions over the first's."""
     first, *_, last = c["mean_lp_diff_by_quarter"]
     return last / first
+
+
+def greedy_agreement(
+    mine: list[list[Row]],
+    ref: list[list[Row]],
+    *,
+    max_tokens: int,
+    max_lp_diff: float,
+    decisive_margin: float,
+) -> int:
+    """Greedy sequences against a reference: each pair has `max_tokens`
+    tokens; up to the first differing token the chosen tokens' logprobs are
+    within `max_lp_diff`, and a differing token is allowed only where the
+    reference's margin was at most `decisive_margin` (a near-tie: after it
+    the sequences part). Returns the tokens compared equal."""
+    compared = 0
+    for seq_m, seq_r in zip(mine, ref, strict=True):
+        assert len(seq_m) == len(seq_r) == max_tokens
+        for m, r in zip(seq_m, seq_r):
+            if m["token"] != r["token"]:
+                assert margin(r) <= decisive_margin, (m, r)
+                break
+            assert abs(m["lp"] - r["lp"]) <= max_lp_diff, (m, r)
+            compared += 1
+    return compared

@@ -103,3 +103,17 @@ def test_report_line_and_drift() -> None:
         == c["mean_lp_diff_by_quarter"][-1] / c["mean_lp_diff_by_quarter"][0]
     )
     assert tf.drift(c) > 10
+
+
+def test_greedy_agreement_allows_parting_only_at_a_near_tie() -> None:
+    ref = [[_row(1, -0.1, 1, -0.1, -3.0), _row(2, -0.5, 2, -0.5, -0.55)]]
+    parted = [[_row(1, -0.1, 1, -0.1, -3.0), _row(3, -0.55, 3, -0.55, -0.5)]]
+    kw = {"max_tokens": 2, "max_lp_diff": 0.05, "decisive_margin": 0.5}
+    assert tf.greedy_agreement(ref, ref, **kw) == 2
+    assert tf.greedy_agreement(parted, ref, **kw) == 1
+    decisive_ref = [[_row(1, -0.1, 1, -0.1, -3.0), _row(2, -0.1, 2, -0.1, -3.0)]]
+    with pytest.raises(AssertionError):
+        tf.greedy_agreement(parted, decisive_ref, **kw)
+    drifted = [[_row(1, -0.3, 1, -0.3, -3.0), _row(2, -0.5, 2, -0.5, -0.55)]]
+    with pytest.raises(AssertionError):
+        tf.greedy_agreement(drifted, ref, **kw)

@@ -313,3 +313,76 @@ def test_cli_on_the_real_h200_w4a16_report(tmp_path):
     assert len(ours) == 8 and all(d["rule"] != "at_roof" for d in ours)
     decode = [d for d in ours if "w4a16_decode_kernel" in d["kernel"]]
     assert [d["rule"] for d in decode] == ["few_warps"] * 4
+
+
+# NOTES section 9, "RMSNorm on the H200, real report": the rule per case of
+# ours and torch.compile (the floor pass is the roof's reference, not tabled).
+H200_LAYERNORM_RULES = {
+    "rms_norm bf16 16x4096": ("small_grid", "small_grid"),
+    "rms_norm bf16 16x8192": ("small_grid", "small_grid"),
+    "rms_norm bf16 1024x4096": ("latency_other", "latency_other"),
+    "rms_norm bf16 1024x8192": ("latency_other", "long_scoreboard"),
+    "rms_norm bf16 8192x4096": ("at_roof", "few_loads_per_thread"),
+    "rms_norm bf16 8192x8192": ("at_roof", "at_roof"),
+    "fused_add_rms_norm bf16 16x4096": ("small_grid", "small_grid"),
+    "fused_add_rms_norm bf16 16x8192": ("small_grid", "small_grid"),
+    "fused_add_rms_norm bf16 1024x4096": ("long_scoreboard_few_warps", "long_scoreboard"),
+    "fused_add_rms_norm bf16 1024x8192": ("long_scoreboard_few_warps", "long_scoreboard"),
+    "fused_add_rms_norm bf16 8192x4096": ("few_bytes_in_flight_warps", "few_loads_per_thread"),
+    "fused_add_rms_norm bf16 8192x8192": ("few_bytes_in_flight_warps", "at_roof"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def h200_layernorm_verdicts(tmp_path_factory):
+    """The real H200 layernorm report (trimmed to the columns the triage reads,
+    trim_report.py) through the CLI with the benchmark's bytes model."""
+    out = tmp_path_factory.mktemp("h200_layernorm") / "v.json"
+    rc = cli.main([
+        "triage", str(DATA / "h200_layernorm.csv"), "--log", str(DATA / "h200_layernorm.log"),
+        "--benchmark", "benchmarks.kernels.benchmark_layernorm",
+        "--results", "benchmarks/results/baselines/h200/layernorm_bf16.json", "--json", str(out),
+        "--", "--device", "cpu", "--ops", "rms_norm,fused_add_rms_norm",
+        "--rows", "16,1024,8192", "--hidden", "4096,8192",
+    ])  # fmt: skip
+    assert rc == 0
+    return {d["label"]: d for d in json.loads(out.read_text())}
+
+
+def test_real_h200_layernorm_report_labels_every_kernel():
+    """42 kernels, each with its case; the fused add's floor launches two."""
+    ks = ncu.load(DATA / "h200_layernorm.csv", DATA / "h200_layernorm.log")
+    assert len(ks) == 42 and all(k.label for k in ks)
+    floor = [k for k in ks if k.label == "floor fused_add_rms_norm bf16 8192x4096"]
+    assert len(floor) == 2
+    ours = [k for k in ks if k.label and k.label.startswith("ours ")]
+    assert len(ours) == 12 and all("vllm_myops" in k.name for k in ours)
+
+
+def test_real_h200_layernorm_verdicts_match_notes(h200_layernorm_verdicts):
+    got = h200_layernorm_verdicts
+    for case, (ours, compile_) in H200_LAYERNORM_RULES.items():
+        assert (got[f"ours {case}"]["rule"], got[f"compile {case}"]["rule"]) == (
+            ours,
+            compile_,
+        ), case
+
+
+def test_real_h200_layernorm_verdicts_by_row_count(h200_layernorm_verdicts):
+    """The reading NOTES section 9 draws from the report: 16 rows small_grid for
+    both; 8192 rows ours at the roof for rms_norm and short of bytes in flight
+    for the fused add; 1024 rows ours latency-bound."""
+    ours = {
+        k[5:]: d for k, d in h200_layernorm_verdicts.items() if k.startswith("ours ")
+    }
+    for case, d in h200_layernorm_verdicts.items():
+        if " 16x" in case and not case.startswith("floor "):
+            assert d["path"] == ["latency_bound", "small_grid"], case
+    for h in (4096, 8192):
+        assert ours[f"rms_norm bf16 8192x{h}"]["path"] == ["at_roof"]
+        assert ours[f"fused_add_rms_norm bf16 8192x{h}"]["path"] == [
+            "memory_bound",
+            "few_bytes_in_flight_warps",
+        ]
+        for op in ("rms_norm", "fused_add_rms_norm"):
+            assert ours[f"{op} bf16 1024x{h}"]["path"][0] == "latency_bound"

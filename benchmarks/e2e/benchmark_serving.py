@@ -1,30 +1,41 @@
 # SPDX-License-Identifier: Apache-2.0
 """End-to-end serving benchmark: the same model served by vLLM's OpenAI
-server with the myops provider and with vLLM's native RMSNorm, side by side.
+server in several configurations ("sides"), side by side. The default sides
+are myops,native: our RMSNorm vs vLLM's native one.
 
     python -m benchmarks.e2e.benchmark_serving --preset tiny --concurrency 1 8
     python -m benchmarks.e2e.benchmark_serving --preset smollm2 --save out.json
     python -m benchmarks.e2e.benchmark_serving --preset llama3-8b-dummy   # on a GPU
     python -m benchmarks.e2e.benchmark_serving --model DIR -- --max-model-len 4096
+    ... --sides w4a16,bf16,gptq_marlin   # which servers (benchmarks/e2e/sides.py)
+    ... --prompt-tokens 2048 8192  # prompts of exact lengths (default: one text)
     ... --enforce-eager            # vLLM eager mode instead of its default (compiled)
     ... --no-profile               # skip the step breakdown
 
 Presets (benchmarks/e2e/presets.py): tiny, smollm2 (SmolLM2-135M-Instruct),
-llama3-8b-dummy (Llama-3-8B's shapes, random weights, --load-format dummy).
+llama3-8b-dummy (Llama-3-8B's shapes, random weights, --load-format dummy;
+its GPTQ-format twin llama3-8b-dummy-gptq serves the gptq_* sides).
+Sides (benchmarks/e2e/sides.py): myops, native, bf16, w4a16, gptq_marlin,
+gptq_vllm, custom_attn, flash_attn, or --define-side JSON.
 
 Method. One server at a time (the machine has 2 cores), started with
 vllm_myops.testing.server.VllmServer (free loopback port, always torn down), in the
-order myops, native, native, myops, ... (ABBA, --repeats rounds) so drift of a
-shared machine hits both sides alike. Per server: warm-up requests, then for
-each concurrency level C a fixed batch of streamed /v1/completions requests
-through the openai client (fixed prompt, max_tokens, ignore_eos, temperature
-0), C in flight at a time.
-Reported per (provider, C), median over repeats:
+order of --sides, then backwards, ... (ABBA generalized, --repeats rounds) so
+drift of a shared machine hits every side alike. Per server: warm-up
+requests, then for each prompt length and each concurrency level C a fixed
+batch of streamed /v1/completions requests through the openai client
+(max_tokens, ignore_eos, temperature 0), C in flight at a time. The default
+prompt is one fixed text (vLLM's prefix cache serves it after the first
+request); with --prompt-tokens every request has its own prompt of exactly
+that many token ids (benchmarks/e2e/prompts.py), the same on every side, and
+the KV cache and --max-model-len grow to hold C of them at once.
+Reported per (side, prompt, C), median over repeats:
 - output tokens/s (all completion tokens / wall time of the batch),
 - request latency p50/p95, TTFT p50 (first streamed token), TPOT p50 (mean
   time between later tokens of a request).
-The counters of each server (MYOPS_STATS_DIR) are recorded too: the myops
-server must have run every call of our ops on myops, the native one none.
+The counters of each server (MYOPS_STATS_DIR) are recorded too: a side
+must have run every call of the op families it claims on our kernels and
+none of the others (sides.evidence); the exit status is 1 otherwise.
 
 Step breakdown (default on): after the timed levels, each server is asked
 for a torch.profiler trace (vLLM's --profiler-config, /start_profile,
@@ -53,12 +64,27 @@ from typing import Any
 
 import openai
 
-from benchmarks.e2e import presets, step_breakdown
+from benchmarks.e2e import presets, prompts, sides, step_breakdown
 from vllm_myops.testing.server import VllmServer, bounded_memory_args
+
+Prompt = str | list[int]
+METRICS = (
+    "output_tok_per_s",
+    "req_per_s",
+    "latency_p50_s",
+    "latency_p95_s",
+    "ttft_p50_s",
+    "tpot_p50_s",
+)
+# Tokens of room next to the text prompt (a few dozen tokens).
+TEXT_PROMPT_ROOM = 256
+# The KV cache for --prompt-tokens holds C full sequences, rounded up to
+# vLLM's block of 16 tokens, with this much headroom.
+KV_HEADROOM = 1.15
 
 
 def _stream_completion(
-    client: openai.OpenAI, model: str, prompt: str, max_tokens: int
+    client: openai.OpenAI, model: str, prompt: Prompt, max_tokens: int
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     stream = client.completions.create(
@@ -91,22 +117,22 @@ def _stream_completion(
 def _batch(
     client: openai.OpenAI,
     model: str,
-    prompt: str,
-    n: int,
+    batch_prompts: list[Prompt],
     conc: int,
     max_tokens: int,
 ) -> dict[str, Any]:
+    """Every prompt of `batch_prompts` once, `conc` requests in flight."""
     results: list[dict[str, Any]] = []
     errors: list[str] = []
     lock = threading.Lock()
-    todo = list(range(n))
+    todo = list(batch_prompts)
 
     def worker() -> None:
         while True:
             with lock:
                 if not todo:
                     return
-                todo.pop()
+                prompt = todo.pop()
             try:
                 r = _stream_completion(client, model, prompt, max_tokens)
             except Exception as e:  # recorded, the run reports it
@@ -140,6 +166,99 @@ def _batch(
     }  # fmt: skip
 
 
+def level_key(conc: int, prompt_tokens: int | None) -> str:
+    """The key of one (prompt, C) level: "C" for the text prompt (as the
+    benchmark always keyed it), "ctxP_cC" for token prompts of length P."""
+    return str(conc) if prompt_tokens is None else f"ctx{prompt_tokens}_c{conc}"
+
+
+def level_plan(args: argparse.Namespace) -> list[tuple[int | None, int, int]]:
+    """(prompt tokens or None, concurrency, requests) of every level, in
+    the order a server runs them."""
+    lengths: list[int | None] = list(args.prompt_tokens or [None])
+    return [
+        (p, conc, max(args.requests or max(2 * conc, 16), conc))
+        for p in lengths
+        for conc in args.concurrency
+    ]
+
+
+class PromptSource:
+    """The prompts of a level: the text prompt n times, or token prompts
+    numbered from `first` (warm-up and levels use disjoint numbers)."""
+
+    def __init__(self, text: str, vocab: int | None) -> None:
+        self.text = text
+        self.vocab = vocab
+        self.next_index = 0
+
+    def take(self, n: int, prompt_tokens: int | None) -> list[Prompt]:
+        if prompt_tokens is None:
+            return [self.text] * n
+        assert self.vocab is not None
+        first, self.next_index = self.next_index, self.next_index + n
+        return [
+            prompts.token_prompt(prompt_tokens, i, self.vocab)
+            for i in range(first, first + n)
+        ]
+
+
+def serving_args(
+    model: str, preset: presets.Preset, args: argparse.Namespace
+) -> list[str]:
+    """The vLLM arguments every side shares: the preset's and the user's,
+    with --max-model-len and the KV cache grown to hold the largest level
+    (C sequences of the longest prompt plus --max-tokens)."""
+    extra = list(preset.vllm_args) + list(args.vllm_args)
+    longest = max(args.prompt_tokens or [0]) or TEXT_PROMPT_ROOM
+    need_len = longest + args.max_tokens
+    kv_bytes = preset.kv_cache_bytes
+    if args.prompt_tokens:
+        user_len = _flag_value(list(args.vllm_args), "--max-model-len")
+        if user_len is None:
+            extra = _set_flag(extra, "--max-model-len", str(need_len))
+        elif int(user_len) < need_len:
+            raise SystemExit(
+                f"--max-model-len {user_len} < prompt {longest} + {args.max_tokens}"
+            )
+        config = presets.model_config(model)
+        if config is not None and kv_bytes is not None:
+            per_seq = -(-need_len // 16) * 16
+            need = max(args.concurrency) * per_seq * presets.kv_bytes_per_token(config)
+            kv_bytes = max(kv_bytes, int(need * KV_HEADROOM))
+    if kv_bytes:
+        extra += bounded_memory_args(extra, kv_bytes)
+    if args.enforce_eager:
+        extra.append("--enforce-eager")
+    return extra
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with `flag` set to `value` (replaced where it is, else added)."""
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == flag and i + 1 < len(argv):
+            skip = True
+            continue
+        if a.startswith(flag + "="):
+            continue
+        out.append(a)
+    return out + [flag, value]
+
+
 def _post(url: str, timeout: float) -> None:
     req = urllib.request.Request(url, data=b"", method="POST")
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -154,8 +273,7 @@ def _profile(
     _batch(
         client,
         served,
-        args.prompt,
-        args.profile_requests,
+        [args.prompt] * args.profile_requests,
         args.profile_requests,
         args.profile_tokens,
     )
@@ -174,17 +292,29 @@ def _profile(
     return result
 
 
+def side_model(side: sides.Side, preset: presets.Preset) -> str:
+    if side.model == sides.GPTQ:
+        if not preset.gptq_model:
+            raise SystemExit(
+                f"side {side.name!r} serves a GPTQ-format model: use a preset "
+                "that has one (llama3-8b-dummy) or --gptq-model DIR"
+            )
+        return preset.gptq_model
+    return preset.model
+
+
 def run_server(
-    provider: str, model: str, preset: presets.Preset, args: argparse.Namespace
+    side: sides.Side,
+    preset: presets.Preset,
+    shared_args: list[str],
+    vocab: int | None,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
-    extra = list(preset.vllm_args) + list(args.vllm_args)
-    if preset.kv_cache_bytes:
-        extra += bounded_memory_args(extra, preset.kv_cache_bytes)
-    if args.enforce_eager:
-        extra.append("--enforce-eager")
+    model = side_model(side, preset)
+    extra = shared_args + list(side.vllm_args)
     trace_dir = None
     if args.profile:
-        trace_dir = Path(tempfile.mkdtemp(prefix=f"vllm-myops-trace-{provider}-"))
+        trace_dir = Path(tempfile.mkdtemp(prefix=f"vllm-myops-trace-{side.name}-"))
         cfg = {
             "profiler": "torch",
             "torch_profiler_dir": str(trace_dir),
@@ -192,27 +322,32 @@ def run_server(
             "torch_profiler_use_gzip": False,
         }
         extra += ["--profiler-config", json.dumps(cfg)]
-    srv = VllmServer(model, extra, use_myops=provider == "myops")
+    srv = VllmServer(model, extra, use_myops=side.norms == "myops", env=side.env_dict())
+    env = " ".join(f"{k}={v}" for k, v in side.env)
     print(
-        f"[bench] {provider}: starting server ({' '.join(srv.command()[3:])})",
+        f"[bench] {side.name}: starting server ({env + ' ' if env else ''}"
+        f"{' '.join(srv.command()[3:])})",
         flush=True,
     )
+    source = PromptSource(args.prompt, vocab)
     with srv:
         ready = srv.wait_ready(args.startup_timeout)
         served = srv.model_id()
-        client = srv.client(timeout=300)
-        for _ in range(args.warmup):
-            _stream_completion(client, served, args.prompt, args.max_tokens)
+        client = srv.client(timeout=600)
+        for p in source.take(args.warmup, (args.prompt_tokens or [None])[0]):
+            _stream_completion(client, served, p, args.max_tokens)
         levels = {}
-        for conc in args.concurrency:
-            n = max(args.requests or max(2 * conc, 16), conc)
-            levels[str(conc)] = _batch(
-                client, served, args.prompt, n, conc, args.max_tokens
+        for prompt_tokens, conc, n in level_plan(args):
+            lv = _batch(
+                client, served, source.take(n, prompt_tokens), conc, args.max_tokens
             )
-            lv = levels[str(conc)]
+            lv |= {"concurrency": conc, "prompt_tokens": prompt_tokens}
+            levels[level_key(conc, prompt_tokens)] = lv
+            ctx = f" ctx {prompt_tokens}" if prompt_tokens else ""
             print(
-                f"[bench] {provider} C={conc}: {lv['output_tok_per_s']:.1f} tok/s, "
-                f"p50 {lv['latency_p50_s']:.3f} s, errors {len(lv['errors'])}",
+                f"[bench] {side.name}{ctx} C={conc}: {lv['output_tok_per_s'] or 0:.1f}"
+                f" tok/s, p50 {lv['latency_p50_s'] or 0:.3f} s, errors "
+                f"{len(lv['errors'])}",
                 flush=True,
             )
         stats = srv.stats()
@@ -222,14 +357,26 @@ def run_server(
                 profile = _profile(srv, client, served, trace_dir, args)
             except Exception as e:  # the timing stands without it
                 profile = {"error": f"{type(e).__name__}: {e}"}
-            print(f"[bench] {provider} profile: {_profile_line(profile)}", flush=True)
+            print(f"[bench] {side.name} profile: {_profile_line(profile)}", flush=True)
+    log_text = (
+        srv.log_path.read_text(errors="replace") if srv.log_path.is_file() else ""
+    )
+    problems = sides.evidence(side, stats, log_text)
+    errors = sum(len(lv["errors"]) for lv in levels.values())
+    if errors:
+        problems.append(f"{errors} requests failed")
+    print(f"[bench] {side.name} evidence: {'; '.join(problems) or 'ok'}", flush=True)
     return {
-        "provider": provider,
+        "side": side.name,
+        "provider": side.name,  # the key before sides (myops/native)
+        "model": model,
         "ready_after_s": ready,
         "levels": levels,
         "counters": stats["calls"],
         "graph_captured": stats.get("graph_captured"),
         "priority": stats["priority"],
+        "log_matches": sides.matched_log_lines(side, log_text),
+        "problems": problems,
         "profile": profile,
     }
 
@@ -246,6 +393,56 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def summarize(
+    runs: list[dict[str, Any]], side_names: list[str], keys: list[str]
+) -> dict[str, dict[str, Any]]:
+    """summary[side][level key][metric]: the median over the side's runs."""
+    summary: dict[str, dict[str, Any]] = {}
+    for name in side_names:
+        mine = [r for r in runs if r["side"] == name]
+        for key in keys:
+            lv = [r["levels"][key] for r in mine]
+            summary.setdefault(name, {})[key] = {
+                k: _median([x[k] for x in lv]) for k in METRICS
+            }
+    return summary
+
+
+def format_table(
+    summary: dict[str, dict[str, Any]],
+    side_names: list[str],
+    plan: list[tuple[int | None, int, int]],
+) -> str:
+    """One row per (level, side); each side after the first also as a
+    throughput ratio to the first."""
+    w = max(8, *(len(n) for n in side_names))
+    hdr = (
+        f"{'ctx':>6} {'C':>3} {'side':<{w}} {'tok/s':>8} {'req/s':>7} "
+        f"{'p50 lat s':>10} {'p95 lat s':>10} {'TTFT ms':>8} {'TPOT ms':>8}"
+    )
+    lines = [hdr, "-" * len(hdr)]
+    first = side_names[0]
+    for prompt_tokens, conc, _ in plan:
+        key = level_key(conc, prompt_tokens)
+        ctx = str(prompt_tokens) if prompt_tokens else "text"
+        for name in side_names:
+            s = summary[name][key]
+            lines.append(
+                f"{ctx:>6} {conc:>3} {name:<{w}} {s['output_tok_per_s'] or 0:>8.1f} "
+                f"{s['req_per_s'] or 0:>7.2f} {s['latency_p50_s'] or 0:>10.3f} "
+                f"{s['latency_p95_s'] or 0:>10.3f} {(s['ttft_p50_s'] or 0) * 1e3:>8.1f} "
+                f"{(s['tpot_p50_s'] or 0) * 1e3:>8.2f}"
+            )
+        base = summary[first][key]["output_tok_per_s"]
+        for name in side_names[1:]:
+            tps = summary[name][key]["output_tok_per_s"]
+            if base and tps:
+                lines.append(
+                    f"{'':>6} {'':>3} {first}/{name} throughput: {base / tps:.3f}x"
+                )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -253,12 +450,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=presets.PRESETS, default="smollm2")
     ap.add_argument("--model", help="model dir or HF id (instead of --preset)")
     ap.add_argument(
+        "--gptq-model", help="GPTQ-format model dir for the gptq_* sides (with --model)"
+    )
+    ap.add_argument(
+        "--sides",
+        default=",".join(sides.DEFAULT_SIDES),
+        help="comma-separated sides, the first is the reference of the ratios "
+        f"(built in: {', '.join(sides.BUILTIN)})",
+    )
+    ap.add_argument(
+        "--define-side",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help='another side: {"name": ..., "vllm_args": [...], "env": {...}, '
+        '"norms": "native", "model": "base"|"gptq", "ours": [families], '
+        '"expect_log": [regex]}',
+    )
+    ap.add_argument(
         "--requests",
         type=int,
         default=0,
-        help="requests per concurrency level (default: 2 x the level, at least 16)",
+        help="requests per level (default: 2 x the level's C, at least 16)",
     )
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument(
+        "--prompt-tokens",
+        type=int,
+        nargs="+",
+        default=None,
+        help="prompt lengths in tokens, each a set of levels (default: --prompt)",
+    )
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument(
         "--no-profile", dest="profile", action="store_false", help="no breakdown"
@@ -275,80 +497,64 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats",
         type=int,
         default=1,
-        help="rounds, alternating the order (ABBA); each starts 2 servers",
+        help="rounds, alternating the order of the sides; each starts one "
+        "server per side",
     )
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--startup-timeout", type=float, default=900)
     ap.add_argument("--save", help="write the results as JSON here")
     args, vllm_args = ap.parse_known_args(argv)
     args.vllm_args = vllm_args[1:] if vllm_args[:1] == ["--"] else vllm_args
+    try:
+        defined = [sides.side_from_json(d) for d in args.define_side]
+        chosen = sides.parse_sides(args.sides, defined)
+    except ValueError as e:
+        ap.error(str(e))
+    if any(p < 1 for p in args.prompt_tokens or []):
+        ap.error("--prompt-tokens: lengths of at least 1")
 
     preset = presets.Preset(args.model) if args.model else presets.resolve(args.preset)
-    model = preset.model
-
-    order: list[str] = []
-    for i in range(args.repeats):
-        order += ["myops", "native"] if i % 2 == 0 else ["native", "myops"]
-    runs = [run_server(p, model, preset, args) for p in order]
-
-    summary: dict[str, dict[str, Any]] = {}
-    for prov in ("myops", "native"):
-        mine = [r for r in runs if r["provider"] == prov]
-        for conc in args.concurrency:
-            lv = [r["levels"][str(conc)] for r in mine]
-            summary.setdefault(prov, {})[str(conc)] = {
-                k: _median([x[k] for x in lv])
-                for k in (
-                    "output_tok_per_s",
-                    "req_per_s",
-                    "latency_p50_s",
-                    "latency_p95_s",
-                    "ttft_p50_s",
-                    "tpot_p50_s",
-                )
-            }
-
-    def _ran_only(r: dict[str, Any]) -> bool:
-        counts = [r["counters"], r.get("graph_captured") or {}]
-        mine = sum(c.get(op, {}).get("myops", 0) for c in counts for op in c)
-        other = sum(
-            n for c in counts for op in c for p, n in c[op].items() if p != "myops"
+    if args.gptq_model:
+        preset = presets.Preset(
+            preset.model, preset.vllm_args, preset.kv_cache_bytes, args.gptq_model
         )
-        return mine > 0 and other == 0 if r["provider"] == "myops" else mine == 0
+    model = preset.model
+    shared = serving_args(model, preset, args)
+    vocab = prompts.prompt_vocab(model) if args.prompt_tokens else None
+    plan = level_plan(args)
+    order = sides.interleaved_order(chosen, args.repeats)
+    print(
+        f"[bench] {len(order)} server starts: {', '.join(s.name for s in order)}",
+        flush=True,
+    )
+    runs = [run_server(s, preset, shared, vocab, args) for s in order]
 
-    evidence_ok = all(_ran_only(r) for r in runs)
+    names = [s.name for s in chosen]
+    keys = [level_key(c, p) for p, c, _ in plan]
+    summary = summarize(runs, names, keys)
+    evidence_ok = all(not r["problems"] for r in runs)
 
     print(
         f"\nmodel {model}; {'eager' if args.enforce_eager else 'compiled (vLLM default)'}; "
-        f"{args.requests} requests x {args.max_tokens} tokens per level; median of "
-        f"{args.repeats} server runs per provider"
+        f"sides {','.join(names)}; {args.requests or 'default'} requests x "
+        f"{args.max_tokens} tokens per level; median of {args.repeats} server "
+        "runs per side"
     )
-    hdr = f"{'C':>3} {'provider':<8} {'tok/s':>8} {'req/s':>7} {'p50 lat s':>10} {'p95 lat s':>10} {'TTFT ms':>8} {'TPOT ms':>8}"
-    print(hdr)
-    print("-" * len(hdr))
-    for conc in args.concurrency:
-        for prov in ("myops", "native"):
-            s = summary[prov][str(conc)]
-            print(
-                f"{conc:>3} {prov:<8} {s['output_tok_per_s']:>8.1f} {s['req_per_s']:>7.2f} "
-                f"{s['latency_p50_s']:>10.3f} {s['latency_p95_s']:>10.3f} "
-                f"{(s['ttft_p50_s'] or 0) * 1e3:>8.1f} {(s['tpot_p50_s'] or 0) * 1e3:>8.2f}"
-            )
-        a, b = summary["myops"][str(conc)], summary["native"][str(conc)]
-        if a["output_tok_per_s"] and b["output_tok_per_s"]:
-            print(
-                f"{'':>3} myops/native throughput: {a['output_tok_per_s'] / b['output_tok_per_s']:.3f}x"
-            )
+    print(format_table(summary, names, plan))
     profiles = {
-        r["provider"]: r["profile"]
+        r["side"]: r["profile"]
         for r in runs
         if r.get("profile") and "error" not in r["profile"]
     }
     if profiles:
         print("\nstep breakdown (torch.profiler, worker kernels per forward step):")
         print(step_breakdown.format_table(profiles))
+    for r in runs:
+        if r["problems"]:
+            print(f"  {r['side']}: {'; '.join(r['problems'])}")
     print(
-        f"counters: myops servers ran every call of our ops on myops, native ones none: {evidence_ok}"
+        "counters: every side ran its own families on our kernels and no other "
+        f"family, its log showed what vLLM chose, no request failed: {evidence_ok}"
     )
 
     if args.save:
@@ -362,11 +568,18 @@ def main(argv: list[str] | None = None) -> int:
 
         meta["vllm"] = vllm_version()
         out = {
-            "schema": "vllm-myops-bench-serving/1",
+            "schema": "vllm-myops-bench-serving/2",
             "benchmark": "serving",
             "metadata": meta,
             "config": {k: v for k, v in vars(args).items() if k != "save"}
-            | {"model": model, "preset_vllm_args": preset.vllm_args},
+            | {
+                "model": model,
+                "gptq_model": preset.gptq_model,
+                "preset_vllm_args": preset.vllm_args,
+                "shared_vllm_args": shared,
+                "sides": [sides.as_dict(s) for s in chosen],
+                "levels": keys,
+            },
             "summary": summary,
             "runs": runs,
             "evidence_ok": evidence_ok,

@@ -8,6 +8,19 @@
   ``--load-format dummy``: random weights, so only a config and a tokenizer
   are needed. The tokenizer is SmolLM2's (its 49152 ids fit in the 128256
   embedding rows; the text is meaningless, the step shapes are Llama-3-8B's).
+  Its ``max_position_embeddings`` is 16384 (Llama-3-8B: 8192) so that an 8k
+  prompt plus its output fits; no weight shape depends on it.
+- ``llama3-8b-dummy-gptq``: the same in GPTQ format (4-bit, group 128,
+  symmetric, no act-order: what vLLM's GPTQ kernels take), dummy weights;
+  it is the ``gptq`` variant of ``llama3-8b-dummy`` (``Preset.gptq_model``),
+  which the benchmark's ``gptq_*`` sides serve.
+
+Dummy GPTQ weights: vLLM's dummy loader fills floating tensors (scales) with
+small random values and leaves integer ones (qweight, qzeros, g_idx) as
+allocated; any int32 is a valid pack of eight 4-bit codes, and without
+act-order the kernels ignore g_idx. The config lists the quantized modules
+(``modules_in_block_to_quantize``): vLLM otherwise reads them from the
+checkpoint's safetensors, and with no files it would quantize no layer.
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ LLAMA3_8B_CONFIG = {
     "num_key_value_heads": 8,
     "head_dim": 128,
     "hidden_act": "silu",
-    "max_position_embeddings": 8192,
+    "max_position_embeddings": 16384,
     "rms_norm_eps": 1e-5,
     "rope_theta": 500000.0,
     "vocab_size": 128256,
@@ -37,6 +50,23 @@ LLAMA3_8B_CONFIG = {
     "bos_token_id": 1,
     "eos_token_id": 2,
     "torch_dtype": "bfloat16",
+}
+GPTQ_CONFIG = {
+    "quant_method": "gptq",
+    "bits": 4,
+    "group_size": 128,
+    "sym": True,
+    "desc_act": False,
+    "lm_head": False,
+    "modules_in_block_to_quantize": [
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ],
 }
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -57,6 +87,29 @@ class Preset:
     # KV cache sized explicitly (the same for both providers): enough for the
     # benchmark's concurrency, and vLLM-CPU would otherwise take most of the RAM.
     kv_cache_bytes: int | None = None
+    # The same model in GPTQ format (the sides whose model is "gptq").
+    gptq_model: str | None = None
+
+
+def with_gptq(config: dict) -> dict:
+    """`config` with the GPTQ quantization_config."""
+    return config | {"quantization_config": dict(GPTQ_CONFIG)}
+
+
+def kv_bytes_per_token(config: dict) -> int:
+    """Bytes of K and V per token over all layers, in the model's dtype."""
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    size = 4 if "32" in dtype else 2
+    return int(config["num_hidden_layers"]) * kv_heads * head_dim * 2 * size
+
+
+def model_config(model: str) -> dict | None:
+    """config.json of a model directory, or None (an HF id)."""
+    path = Path(model) / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def make_shape_model(out: Path, config: dict, tokenizer_from: Path) -> Path:
@@ -88,18 +141,23 @@ def resolve(name: str) -> Preset:
     smollm2 = ensure_default_model()
     if name == "smollm2":
         return Preset(str(smollm2), SERVING_ARGS, 4 << 30)
-    if name == "llama3-8b-dummy":
+    if name in ("llama3-8b-dummy", "llama3-8b-dummy-gptq"):
         from vllm_myops.cache import default_cache_dir
 
         out = make_shape_model(
             default_cache_dir() / "llama3-8b-shapes", LLAMA3_8B_CONFIG, smollm2
         )
-        return Preset(
-            str(out),
-            ["--load-format", "dummy", *SERVING_ARGS],
-            8 << 30,
+        gptq = make_shape_model(
+            default_cache_dir() / "llama3-8b-shapes-gptq",
+            with_gptq(LLAMA3_8B_CONFIG),
+            smollm2,
         )
-    raise ValueError(f"unknown preset {name!r} (tiny, smollm2, llama3-8b-dummy)")
+        args = ["--load-format", "dummy", *SERVING_ARGS]
+        if name == "llama3-8b-dummy":
+            return Preset(str(out), args, 8 << 30, gptq_model=str(gptq))
+        if name == "llama3-8b-dummy-gptq":
+            return Preset(str(gptq), args, 8 << 30, gptq_model=str(gptq))
+    raise ValueError(f"unknown preset {name!r} ({', '.join(PRESETS)})")
 
 
-PRESETS = ("tiny", "smollm2", "llama3-8b-dummy")
+PRESETS = ("tiny", "smollm2", "llama3-8b-dummy", "llama3-8b-dummy-gptq")

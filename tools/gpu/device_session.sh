@@ -39,8 +39,8 @@
 #             CUDA graphs; more vLLM arguments in VLLM_UP_ARGS) -> vllm_up.log
 #   vllm_tests  the plugin tests against that vLLM: pytest tests/plugin (PLUGIN_TEST_ARGS)
 #             -> vllm_tests.log
-#   e2e       benchmarks.e2e.benchmark_serving, plugin vs native side by side, for each
-#             model of E2E_MODELS (default "smollm2 llama3-8b-dummy") -> e2e_<model>.{log,json}
+#   e2e       benchmarks.e2e.benchmark_serving (E2E_ARGS: --sides, --prompt-tokens ...) per model of
+#             E2E_MODELS ("smollm2 llama3-8b-dummy") -> e2e_<model>.*; E2E_RUNS="a=ARGS;b=ARGS" -> e2e_<model>_a.*
 #
 # vLLM serving, in four consecutive calls on a fresh machine (one carried part each;
 # a call whose set is incomplete just stores its part):
@@ -543,21 +543,29 @@ stage_vllm_tests() {
 }
 
 stage_e2e() {
-  local t=$SECONDS b=$1 rc=0 m n per
+  # Each run: E2E_ARGS plus its own arguments (E2E_RUNS: "name=ARGS;..."; one
+  # unnamed run without it), for each model; budget shared evenly by what is left.
+  local t=$SECONDS b=$1 rc=0 m n per run name rargs tag runs=() models=()
   ensure_built || { add_summary e2e SKIP 0 "no build"; return; }
   vllm_env || { add_summary e2e SKIP 0 "serve carry set incomplete"; return; }
   read -r -a models <<<"${E2E_MODELS:-smollm2 llama3-8b-dummy}"
-  n=${#models[@]}
+  if [[ -n "${E2E_RUNS:-}" ]]; then IFS=';' read -r -a runs <<<"$E2E_RUNS"; else runs=("="); fi
+  n=$(( ${#models[@]} * ${#runs[@]} ))
   for m in "${models[@]}"; do
-    per=$(( (b - (SECONDS - t)) / n )); n=$((n - 1))
-    say "e2e: $m (budget ${per}s) ${E2E_ARGS:-}"
-    # shellcheck disable=SC2086
-    timeout -s INT "$per" "$PY" -m benchmarks.e2e.benchmark_serving --preset "$m" \
-      --save "$OUT/e2e_$m.json" ${E2E_ARGS:-} >"$OUT/e2e_$m.log" 2>&1 || rc=$?
-    sed -n '/^model /,$p' "$OUT/e2e_$m.log" | head -n 40
-    while IFS= read -r l; do EXTRA+=("  e2e $m: $l"); done < <(sed -n '/^model /,/^counters/p' "$OUT/e2e_$m.log")
+    for run in "${runs[@]}"; do
+      name="${run%%=*}"; name="${name// /}"; rargs="${run#*=}"
+      tag="$m${name:+_$name}"
+      per=$(( (b - (SECONDS - t)) / n )); n=$((n - 1))
+      say "e2e: $tag (budget ${per}s) ${E2E_ARGS:-} $rargs"
+      # shellcheck disable=SC2086
+      timeout -s INT "$per" "$PY" -m benchmarks.e2e.benchmark_serving --preset "$m" \
+        --save "$OUT/e2e_$tag.json" ${E2E_ARGS:-} $rargs >"$OUT/e2e_$tag.log" 2>&1 || rc=$?
+      grep -E "^\[bench\] .*(server starts|ready|evidence|did not start)" "$OUT/e2e_$tag.log" | head -n 12
+      sed -n '/^model /,$p' "$OUT/e2e_$tag.log" | head -n 40
+      while IFS= read -r l; do EXTRA+=("  e2e $tag: $l"); done < <(sed -n '/^model /,/^counters/p' "$OUT/e2e_$tag.log")
+    done
   done
-  add_summary e2e "$rc" $((SECONDS - t)) "${models[*]} (tables below; e2e_*.json)"
+  add_summary e2e "$rc" $((SECONDS - t)) "${models[*]} x ${#runs[@]} run(s) (tables below; e2e_*.json)"
 }
 
 # ---------------------------------------------------------------------------

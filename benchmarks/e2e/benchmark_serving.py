@@ -65,7 +65,7 @@ from typing import Any
 import openai
 
 from benchmarks.e2e import presets, prompts, sides, step_breakdown
-from vllm_myops.testing.server import VllmServer, bounded_memory_args
+from vllm_myops.testing.server import ServerError, VllmServer, bounded_memory_args
 
 Prompt = str | list[int]
 METRICS = (
@@ -332,6 +332,7 @@ def run_server(
     source = PromptSource(args.prompt, vocab)
     with srv:
         ready = srv.wait_ready(args.startup_timeout)
+        print(f"[bench] {side.name}: ready after {ready:.0f} s", flush=True)
         served = srv.model_id()
         client = srv.client(timeout=600)
         for p in source.take(args.warmup, (args.prompt_tokens or [None])[0]):
@@ -381,6 +382,17 @@ def run_server(
     }
 
 
+def failed_run(side: sides.Side, error: str) -> dict[str, Any]:
+    """The record of a side whose server did not start."""
+    return {
+        "side": side.name,
+        "provider": side.name,
+        "levels": {},
+        "problems": [f"server did not start: {error[-1500:]}"],
+        "profile": None,
+    }
+
+
 def _profile_line(p: dict[str, Any]) -> str:
     if "error" in p:
         return p["error"]
@@ -401,7 +413,7 @@ def summarize(
     for name in side_names:
         mine = [r for r in runs if r["side"] == name]
         for key in keys:
-            lv = [r["levels"][key] for r in mine]
+            lv = [r["levels"][key] for r in mine if key in r["levels"]]
             summary.setdefault(name, {})[key] = {
                 k: _median([x[k] for x in lv]) for k in METRICS
             }
@@ -441,6 +453,19 @@ def format_table(
                     f"{'':>6} {'':>3} {first}/{name} throughput: {base / tps:.3f}x"
                 )
     return "\n".join(lines)
+
+
+def _metadata() -> dict[str, Any]:
+    try:
+        from benchmarks.common.results import metadata
+
+        meta = metadata()
+    except Exception as e:  # metadata is nice to have, not required
+        meta = {"error": str(e)}
+    from vllm_myops.plugin import vllm_version
+
+    meta["vllm"] = vllm_version()
+    return meta
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,10 +552,39 @@ def main(argv: list[str] | None = None) -> int:
         f"[bench] {len(order)} server starts: {', '.join(s.name for s in order)}",
         flush=True,
     )
-    runs = [run_server(s, preset, shared, vocab, args) for s in order]
-
     names = [s.name for s in chosen]
     keys = [level_key(c, p) for p, c, _ in plan]
+    meta = _metadata() if args.save else {}
+    runs: list[dict[str, Any]] = []
+    for side in order:
+        try:
+            runs.append(run_server(side, preset, shared, vocab, args))
+        except ServerError as e:  # the other sides still run
+            print(f"[bench] {side.name}: {e}", flush=True)
+            runs.append(failed_run(side, str(e)))
+        if args.save:  # after every server, so a run cut short keeps its part
+            out = {
+                "schema": "vllm-myops-bench-serving/2",
+                "benchmark": "serving",
+                "metadata": meta,
+                "config": {k: v for k, v in vars(args).items() if k != "save"}
+                | {
+                    "model": model,
+                    "gptq_model": preset.gptq_model,
+                    "preset_vllm_args": preset.vllm_args,
+                    "shared_vllm_args": shared,
+                    "sides": [sides.as_dict(s) for s in chosen],
+                    "levels": keys,
+                },
+                "complete": len(runs) == len(order),
+                "summary": summarize(runs, names, keys),
+                "runs": runs,
+                "evidence_ok": all(not r["problems"] for r in runs)
+                and len(runs) == len(order),
+            }
+            Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.save).write_text(json.dumps(out, indent=1, default=str) + "\n")
+
     summary = summarize(runs, names, keys)
     evidence_ok = all(not r["problems"] for r in runs)
 
@@ -558,34 +612,6 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     if args.save:
-        try:
-            from benchmarks.common.results import metadata
-
-            meta = metadata()
-        except Exception as e:  # metadata is nice to have, not required
-            meta = {"error": str(e)}
-        from vllm_myops.plugin import vllm_version
-
-        meta["vllm"] = vllm_version()
-        out = {
-            "schema": "vllm-myops-bench-serving/2",
-            "benchmark": "serving",
-            "metadata": meta,
-            "config": {k: v for k, v in vars(args).items() if k != "save"}
-            | {
-                "model": model,
-                "gptq_model": preset.gptq_model,
-                "preset_vllm_args": preset.vllm_args,
-                "shared_vllm_args": shared,
-                "sides": [sides.as_dict(s) for s in chosen],
-                "levels": keys,
-            },
-            "summary": summary,
-            "runs": runs,
-            "evidence_ok": evidence_ok,
-        }
-        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.save).write_text(json.dumps(out, indent=1, default=str) + "\n")
         print(f"saved {args.save}")
     return 0 if evidence_ok else 1
 

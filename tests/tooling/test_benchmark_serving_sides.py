@@ -348,3 +348,28 @@ def test_main_fails_on_evidence_and_gptq_without_a_model(tmp_path, monkeypatch):
     preset = presets.Preset(model, gptq_model="G")
     assert bs.side_model(sides.BUILTIN["gptq_marlin"], preset) == "G"
     assert bs.side_model(sides.BUILTIN["bf16"], preset) == model
+
+
+def test_main_keeps_going_when_a_server_does_not_start(tmp_path, monkeypatch):
+    model = _llama_dir(tmp_path)
+    starts: list = []
+    fake = _fake_run({"bf16": NATIVE_NORMS, "native": NATIVE_NORMS}, starts)
+
+    def run(side, *a):
+        if side.name == "gptq_vllm":
+            raise bs.ServerError("the vLLM server exited with code 1")
+        return fake(side, *a)
+
+    monkeypatch.setattr(bs, "run_server", run)
+    monkeypatch.setattr("vllm_myops.plugin.vllm_version", lambda: "test")
+    out = tmp_path / "r.json"
+    argv = ["--model", model, "--gptq-model", model, "--concurrency", "1"]
+    argv += ["--no-profile", "--sides", "bf16,gptq_vllm,native", "--save", str(out)]
+    assert bs.main(argv) == 1
+    assert [s[0] for s in starts] == ["bf16", "native"]
+    data = json.loads(out.read_text())
+    assert data["complete"] is True and data["evidence_ok"] is False
+    assert data["summary"]["gptq_vllm"]["1"]["output_tok_per_s"] is None
+    assert data["summary"]["native"]["1"]["output_tok_per_s"] == 100.0
+    (failed,) = [r for r in data["runs"] if r["side"] == "gptq_vllm"]
+    assert "did not start" in failed["problems"][0]

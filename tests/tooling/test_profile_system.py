@@ -1,17 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
 """tools/profile system: families from the registry (ours per family, then
 step_breakdown's), per-step time/launches/idle gaps and the launch-bound
-verdict on a synthetic GPU trace, and an end-to-end CPU run of torch.profiler
-around the steps of a plain torch model (no vLLM start: the README's command
-runs vLLM in process). The trace it writes is one step_breakdown reads."""
+verdict on a synthetic GPU trace (also one without GPU-side step ranges:
+kernels by their launch), the side-by-side table, the vLLM-version shim
+(vllm_compat), an end-to-end CPU run of torch.profiler around the steps of a
+plain torch model (its trace is one step_breakdown reads), and one slow run of
+the CLI on vLLM in process with the tiny Llama (the device stage's path)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
 import torch
 
 from benchmarks.e2e import step_breakdown as sb
+from tests.plugin._helpers import requires_extension, requires_vllm, subprocess_env
 from tools.profile import system
 from vllm_myops import ops as registry
 
@@ -188,3 +194,139 @@ def test_engine_steps_names_steps_from_outputs(tmp_path):
         "decode",
     ]
     assert eng.steps == 5  # stopped when nothing was left
+
+
+def test_gpu_trace_without_gpu_ranges_assigns_kernels_by_launch():
+    """Where kineto wrote no gpu_user_annotation for the steps, each kernel
+    goes to the step whose CPU range its launch call (same correlation id; a
+    CUDA graph's kernels: the graph launch's) ran in, and a step spans its
+    first to last kernel."""
+    pre, dec = system.step_name(1, 32, 0, 0), system.step_name(0, 0, 1, 1)
+    events = [
+        _x(pre, 0, 50, "user_annotation"),
+        _x(dec, 100, 50, "user_annotation"),
+        _x("cudaLaunchKernel", 10, 2, "cuda_runtime") | {"args": {"correlation": 1}},
+        _x("cudaGraphLaunch", 110, 2, "cuda_runtime") | {"args": {"correlation": 2}},
+        _x("cudaLaunchKernel", 200, 2, "cuda_runtime") | {"args": {"correlation": 3}},
+    ]
+    # The kernels run after their launch, past the CPU ranges' ends.
+    events += [
+        _x("nvjet_gemm", 60, 30) | {"args": {"correlation": 1}},
+        _x("void vllm_myops::rms_norm_warp_rows_kernel", 160, 4)
+        | {"args": {"correlation": 2}},
+        _x("nvjet_gemm", 170, 10) | {"args": {"correlation": 2}},
+        _x("nvjet_gemm", 300, 10) | {"args": {"correlation": 3}},  # outside any step
+    ]
+    r = system.analyze(events)
+    assert [(s["kind"], s["launches"]) for s in r["steps"]] == [
+        ("prefill", 1),
+        ("decode", 2),
+    ]
+    d = r["kinds"]["decode"]
+    assert d["wall_us"] == 20 and d["busy_us"] == 14
+    assert d["families"]["ours RMSNorm"]["launches_per_step"] == 1
+
+
+def test_compare_table_puts_runs_side_by_side():
+    def run(norm_kernel, norm_us):
+        dec = system.step_name(0, 0, 4, 4)
+        ev = [_x(dec, 0, 100, "gpu_user_annotation")]
+        ev += [_x(norm_kernel, 0, norm_us), _x("nvjet_gemm", 50, 40)]
+        return system.analyze(ev)
+
+    mine = run("void vllm_myops::rms_norm_warp_rows_kernel", 5)
+    native = run("void vllm::rms_norm_kernel", 8)
+    text = system.compare_table([("myops_c4", mine), ("native_c4", native)])
+    head, row_mine, row_native = text.splitlines()[:3]
+    assert "ours RMSNorm" in head and "rmsnorm" in head and "gemm" in head
+    # run, kind, steps, batch (requests in the step), wall, busy, idle share
+    assert row_mine.split()[:7] == [
+        "myops_c4",
+        "decode",
+        "1",
+        "4",
+        "100.0",
+        "45.0",
+        "55%",
+    ]
+    assert "5.0 (11%)" in row_mine and "0.0 (0%)" in row_mine
+    assert "8.0 (17%)" in row_native
+
+
+def test_llm_kwargs_drop_what_this_vllm_lacks_and_turn_async_scheduling_off():
+    from tools.profile import vllm_compat
+
+    wanted = {"kv_cache_memory_bytes": 1 << 30, "max_model_len": 128, "new_knob": 1}
+    kw, dropped = vllm_compat.llm_kwargs(
+        wanted, accepted={"kv_cache_memory_bytes", "max_model_len", "async_scheduling"}
+    )
+    assert kw == {
+        "kv_cache_memory_bytes": 1 << 30,
+        "max_model_len": 128,
+        "async_scheduling": False,
+    }
+    assert dropped == ["new_knob"]
+    # A version without the field: nothing added; an explicit choice is kept.
+    kw, _ = vllm_compat.llm_kwargs({"max_model_len": 128}, accepted={"max_model_len"})
+    assert kw == {"max_model_len": 128}
+    kw, _ = vllm_compat.llm_kwargs(
+        {"async_scheduling": True}, accepted={"async_scheduling"}
+    )
+    assert kw == {"async_scheduling": True}
+
+
+def test_llm_kwargs_names_are_engine_args_of_the_installed_vllm():
+    """The names the system profile passes exist in this vLLM (0.32 here, 0.24
+    on the GPU machine): none is dropped."""
+    pytest.importorskip("vllm.engine.arg_utils")
+    from tools.profile import vllm_compat
+
+    names = vllm_compat.engine_arg_names()
+    used = {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}
+    used |= {"kv_cache_memory_bytes", "enforce_eager", "load_format", "kernel_config"}
+    assert used <= names and "async_scheduling" in names
+
+
+@pytest.mark.slow
+@requires_vllm
+@requires_extension
+def test_cli_on_vllm_in_process_tiny_llama(tmp_path):
+    """The device stage's code path (python -m tools.profile system, vLLM in
+    process, one engine for two concurrencies, then compare) on the tiny
+    Llama on this machine's device: one vLLM start, eager, 2 decode steps."""
+    cmd = [
+        sys.executable, "-m", "tools.profile", "system", "--tiny", "llama",
+        "--concurrency", "1,2", "--decode-steps", "2", "--enforce-eager",
+        "--provider", "myops", "--max-model-len", "128",
+        "--kv-cache-memory-bytes", str(64 << 20), "--out", str(tmp_path),
+    ]  # fmt: skip
+    env = subprocess_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "'async_scheduling': False" in p.stdout
+    for c in (1, 2):
+        r = json.loads((tmp_path / f"profile_myops_c{c}.json").read_text())
+        assert r["run"]["concurrency"] == c and r["run"]["provider"] == "myops"
+        kinds = [s["kind"] for s in r["steps"]]
+        assert kinds[0] == "prefill" and kinds.count("decode") == 2, kinds
+        dec = [s for s in r["steps"] if s["kind"] == "decode"]
+        assert all(system._batch(s["name"]) == c for s in dec)
+        # The tiny Llama's 2 layers x 2 norms + the final norm, all ours.
+        assert (
+            r["kinds"]["decode"]["families"]["ours RMSNorm"]["launches_per_step"] == 5
+        )
+        assert r["kinds"]["decode"]["families"]["rmsnorm"]["launches_per_step"] == 0
+        assert (tmp_path / f"profile_myops_c{c}.trace.json").stat().st_size > 0
+    cmp = subprocess.run(
+        [sys.executable, "-m", "tools.profile", "compare",
+         str(tmp_path / "profile_myops_c1.json"), str(tmp_path / "profile_myops_c2.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = cmp.stdout.splitlines()
+    assert lines[0].startswith("run") and "ours RMSNorm" in lines[0]
+    assert [ln.split()[:2] for ln in lines[1:5]] == [
+        ["profile_myops_c1", "decode"],
+        ["profile_myops_c1", "prefill"],
+        ["profile_myops_c2", "decode"],
+        ["profile_myops_c2", "prefill"],
+    ]

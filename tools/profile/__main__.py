@@ -7,6 +7,7 @@ triage REPORT [--log LOG] [--benchmark MODULE [--case LABEL]] [--bytes N --flops
 triage --run --benchmark MODULE --export PATH [...] -- BENCHMARK FLAGS
     profile the benchmark's cases under ncu first (GPU machine), then triage them.
 system (--model DIR | --tiny llama) [--concurrency 1,64] [--decode-steps N] [--out DIR]
+compare SUMMARY.json...  system runs side by side (e.g. plugin vs native, concurrency 1 vs 64)
 rules   print the decision tree (the rule table)
 """
 
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     from tools.profile import system  # noqa: PLC0415
 
     system.add_system_arguments(s)
+    c = sub.add_parser("compare", help="system summaries side by side")
+    c.add_argument("summaries", nargs="+", help="profile_*.json written by system")
     sub.add_parser("rules", help="print the decision tree")
     return ap
 
@@ -135,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "rules":
         return _rules()
     from tools.profile import system  # noqa: PLC0415
+
+    if args.command == "compare":
+        return system.main_compare(args.summaries)
 
     return system.main_system(args)
 

@@ -24,7 +24,7 @@ per step.
 
 from __future__ import annotations
 
-import contextlib
+import bisect
 import json
 import re
 import statistics
@@ -96,24 +96,80 @@ def _union_us(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def _annotated_steps(
+    events: list[dict[str, Any]], cat: str
+) -> list[tuple[float, float, str]]:
+    return sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e["name"]))
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") == cat
+        and step_kind(str(e.get("name", "")))
+    )
+
+
+def step_windows(
+    events: list[dict[str, Any]], timed: list[dict[str, Any]], gpu: bool
+) -> list[tuple[float, float, str, list[dict[str, Any]]]]:
+    """(start, end, name, timed events inside) per annotated step. On a GPU
+    trace the step is the range's GPU-side copy (kineto's
+    gpu_user_annotation); where there is none, the GPU events are given to
+    the step whose CPU range their launch call ran in."""
+    wins = _annotated_steps(events, "gpu_user_annotation" if gpu else "user_annotation")
+    if wins or not gpu:
+        return [
+            (a, b, n, [e for e in timed if a <= float(e["ts"]) < b]) for a, b, n in wins
+        ]
+    return _steps_by_launch(events, timed)
+
+
+def _correlation(e: dict[str, Any]) -> Any:
+    args = e.get("args")
+    return args.get("correlation") if isinstance(args, dict) else None
+
+
+def _steps_by_launch(
+    events: list[dict[str, Any]], timed: list[dict[str, Any]]
+) -> list[tuple[float, float, str, list[dict[str, Any]]]]:
+    """Kineto gives a kernel (memcpy, memset) and the runtime call that
+    launched it (a CUDA graph's kernels: the graph launch) one correlation
+    id; the call ran inside a step's CPU range. A step then spans its first
+    to its last GPU event, as a gpu_user_annotation does."""
+    cpu = _annotated_steps(events, "user_annotation")
+    launched_at = {
+        c: float(e["ts"])
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and (c := _correlation(e)) is not None
+    }
+    starts = [a for a, _, _ in cpu]
+    inside: list[list[dict[str, Any]]] = [[] for _ in cpu]
+    for e in timed:
+        t = launched_at.get(_correlation(e))
+        i = bisect.bisect_right(starts, t) - 1 if t is not None else -1
+        if i >= 0 and t is not None and t < cpu[i][1]:
+            inside[i].append(e)
+    return [
+        (
+            min(float(e["ts"]) for e in ins),
+            max(float(e["ts"]) + float(e.get("dur", 0)) for e in ins),
+            name,
+            ins,
+        )
+        for (_, _, name), ins in zip(cpu, inside)
+        if ins
+    ]
+
+
 def analyze(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Per step (every annotated step, prefill and decode) and per kind:
     family time, launches, busy/idle time and gaps between kernels."""
     classify = Classifier()
     gpu = [e for e in events if e.get("cat") in sb.GPU_CATS and e.get("ph") == "X"]
     timed = sorted(gpu if gpu else sb._top_level_cpu_ops(events), key=lambda e: e["ts"])
-    ann_cat = "gpu_user_annotation" if gpu else "user_annotation"
-    windows = sorted(
-        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e["name"]))
-        for e in events
-        if e.get("ph") == "X"
-        and e.get("cat") == ann_cat
-        and step_kind(str(e.get("name", "")))
-    )
     fams = family_names()
     steps = []
-    for a, b, name in windows:
-        inside = [e for e in timed if a <= float(e["ts"]) < b]
+    for a, b, name, inside in step_windows(events, timed, bool(gpu)):
         fam = dict.fromkeys(fams, 0.0)
         launches = dict.fromkeys(fams, 0)
         by_name: dict[str, float] = {}
@@ -244,6 +300,55 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compare_table(named: list[tuple[str, dict[str, Any]]]) -> str:
+    """One line per (run, step kind): the runs side by side (e.g. plugin and
+    native at each concurrency), us per step and share of each family seen."""
+    fams = [
+        f
+        for f in family_names()
+        if any(
+            k["families"][f]["launches_per_step"]
+            for _, r in named
+            for k in r["kinds"].values()
+        )
+    ]
+    width = max([len(n) for n, _ in named] + [4])
+    head = (
+        f"{'run':<{width}} {'kind':<7}{'steps':>6}{'batch':>6}{'wall us':>10}{'busy us':>10}"
+        f"{'idle':>6}{'launch':>7}{'med us':>7}"
+    )
+    lines = [head + "".join(f"{f[:15]:>17}" for f in fams)]
+    for name, r in named:
+        for kind in ("decode", "prefill", "mixed"):
+            k = r["kinds"].get(kind)
+            if k is None:
+                continue
+            batch = statistics.median(
+                _batch(s["name"]) for s in r["steps"] if s["kind"] == kind
+            )
+            row = (
+                f"{name:<{width}} {kind:<7}{k['steps']:>6}{batch:>6.0f}{k['wall_us']:>10.1f}"
+                f"{k['busy_us']:>10.1f}{k['idle_share']:>6.0%}{k['launches_per_step']:>7.0f}"
+                f"{k['median_kernel_us']:>7.1f}"
+            )
+            for f in fams:
+                v = k["families"][f]
+                cell = f"{v['us_per_step']:.1f} ({v['share']:.0%})"
+                row += f"{cell:>17}"
+            lines.append(row)
+    lines.append(
+        "wall/busy/idle: per step (the step's range; idle: no kernel or op running); "
+        "launch: kernels+copies per step; med us: median kernel; family: us/step (share)"
+    )
+    return "\n".join(lines)
+
+
+def _batch(step: str) -> int:
+    """Requests in a step (prefilled + decoded), from its name."""
+    m = sb.STEP.search(step)
+    return int(m.group(1)) + int(m.group(3)) if m else 0
+
+
 def plot_steps(result: dict[str, Any], path: str | Path, title: str = "") -> Path:
     import matplotlib  # noqa: PLC0415
 
@@ -363,14 +468,17 @@ def vllm_steps(
     step at a time in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0 must be
     set before vLLM is imported) until `decode_steps` tokens each, greedy,
     EOS ignored. Each step is named by what it did: requests whose first
-    token came out were prefilled, the others decoded."""
+    token came out were prefilled, the others decoded. `llm_kwargs` override
+    the defaults; vllm_compat says what differs between vLLM versions."""
     import os  # noqa: PLC0415
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams  # noqa: PLC0415
 
+    from tools.profile import vllm_compat  # noqa: PLC0415
+
     if llm is None:
-        kw = {
+        wanted = {
             "max_num_seqs": max(concurrency, 1),
             "max_num_batched_tokens": max(2048, concurrency * prompt_len),
             "max_model_len": max(512, prompt_len + decode_steps + 8),
@@ -379,21 +487,24 @@ def vllm_steps(
             "kv_cache_memory_bytes": 256 << 20,
             **(llm_kwargs or {}),
         }
+        kw, dropped = vllm_compat.llm_kwargs(wanted)
+        if dropped:
+            print(f"[profile] this vLLM has no {', '.join(dropped)}: not passed")
+        print(f"[profile] vllm.LLM({model!r}, {kw})", flush=True)
         llm = LLM(model=model, **kw)
 
     def params() -> Any:
         # A fresh object each time: LLM.generate switches the one it is given
         # to final-only outputs, and each step's outputs name the step.
-        p = SamplingParams(
-            max_tokens=decode_steps + 1, temperature=0.0, ignore_eos=True
+        return vllm_compat.cumulative_outputs(
+            SamplingParams(
+                max_tokens=decode_steps + 1, temperature=0.0, ignore_eos=True
+            )
         )
-        with contextlib.suppress(ImportError, AttributeError):
-            from vllm.sampling_params import RequestOutputKind  # noqa: PLC0415
 
-            p.output_kind = RequestOutputKind.CUMULATIVE
-        return p
-
-    warm = [{"prompt_token_ids": [5] * prompt_len}]
+    # Warm-up at the concurrency profiled: the batch shapes of the profiled
+    # steps have run once (lazy initialisation stays out of the trace).
+    warm = [{"prompt_token_ids": [5 + r] * prompt_len} for r in range(concurrency)]
     llm.generate(warm, params(), use_tqdm=False)
     events = engine_steps(
         llm.llm_engine, params, concurrency, prompt_len, decode_steps, trace_path
@@ -480,6 +591,14 @@ def main_system(args: Any) -> int:
     llm_kwargs: dict[str, Any] = json.loads(args.llm_kwargs) if args.llm_kwargs else {}
     if args.enforce_eager:
         llm_kwargs["enforce_eager"] = True
+    for name in ("kv_cache_memory_bytes", "max_model_len", "load_format"):
+        if getattr(args, name) is not None:
+            llm_kwargs[name] = getattr(args, name)
+    # One engine serves every concurrency: sized for the largest, so each
+    # step holds all of a run's requests.
+    top = max(args.concurrency)
+    llm_kwargs.setdefault("max_num_seqs", top)
+    llm_kwargs.setdefault("max_num_batched_tokens", max(2048, top * args.prompt_len))
     if args.provider:
         from vllm_myops import ops as registry  # noqa: PLC0415
 
@@ -495,11 +614,38 @@ def main_system(args: Any) -> int:
         )
         result = analyze(events)
         result["trace"] = str(trace)
+        result["run"] = {
+            "model": Path(model).name,
+            "provider": args.provider or "vLLM default",
+            "concurrency": c,
+            "prompt_len": args.prompt_len,
+            "decode_steps": args.decode_steps,
+            "mode": "eager" if llm_kwargs.get("enforce_eager") else "vLLM default",
+            "vllm": _vllm_version(),
+        }
         files = write_outputs(result, out, stem, f"{Path(model).name}, concurrency {c}")
         results[c] = result
         print(f"== concurrency {c} ==")
         print(format_table(result))
         print("files: " + ", ".join([str(trace), *files.values()]))
+    return 0
+
+
+def _vllm_version() -> str:
+    try:
+        from vllm import __version__  # noqa: PLC0415
+    except ImportError:
+        return "?"
+    return str(__version__)
+
+
+def main_compare(paths: list[str]) -> int:
+    """The summary JSONs of `system` runs side by side (compare_table)."""
+    named = [
+        (Path(p).name.removesuffix(".json"), json.loads(Path(p).read_text()))
+        for p in paths
+    ]
+    print(compare_table(named))
     return 0
 
 
@@ -518,6 +664,17 @@ def add_system_arguments(ap: Any) -> None:
         "--provider",
         choices=("myops", "native"),
         help="the registry's vllm.ir ops all on this provider (default: vLLM's own priority)",
+    )
+    ap.add_argument(
+        "--kv-cache-memory-bytes",
+        type=int,
+        help="KV cache size (default 256 MiB; vLLM would otherwise size it from free memory)",
+    )
+    ap.add_argument(
+        "--max-model-len", type=int, help="default: max(512, prompt + decode + 8)"
+    )
+    ap.add_argument(
+        "--load-format", help="e.g. dummy: random weights (a config-only model dir)"
     )
     ap.add_argument("--llm-kwargs", help="JSON of further vllm.LLM arguments")
     ap.add_argument("--out", default="out/profile")

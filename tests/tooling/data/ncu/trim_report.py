@@ -18,12 +18,17 @@ import csv
 import io
 import sys
 from pathlib import Path
+from typing import Any
 
 from tools.profile import ncu
 from tools.profile import triage as tr
 
 LEADING = 11  # ID .. CC: ncu's identification columns before the metrics
-CEILINGS = {"bandwidth_bps": 4.25e12, "datasheet_bps": 4.8e12, "flops_per_s": 7.9e14}
+CEILINGS: dict[str, Any] = {
+    "bandwidth_bps": 4.25e12,
+    "datasheet_bps": 4.8e12,
+    "flops_per_s": 7.9e14,
+}
 
 
 def columns_read(kernels: list[ncu.Kernel]) -> set[str]:

@@ -41,6 +41,13 @@
 #             -> vllm_tests.log
 #   e2e       benchmarks.e2e.benchmark_serving (E2E_ARGS: --sides, --prompt-tokens ...) per model of
 #             E2E_MODELS ("smollm2 llama3-8b-dummy") -> e2e_<model>.*; E2E_RUNS="a=ARGS;b=ARGS" -> e2e_<model>_a.*
+#   system    python -m tools.profile system on the Llama-3-8B-shaped dummy model
+#             (benchmarks/e2e/presets.py, --load-format dummy), vLLM 0.24 in process, its
+#             default mode (torch.compile + CUDA graphs), decode at concurrency 1 and 64,
+#             --provider myops then --provider native (one vLLM start each), 4 GiB KV cache,
+#             max-model-len 512 (more arguments: SYSTEM_ARGS="...") -> system.log (the
+#             side-by-side table, also printed) + system.tar.gz (tables, JSON, PNGs; the
+#             Chrome traces only when the archive stays under 5 MB)
 #
 # vLLM serving, in four consecutive calls on a fresh machine (one carried part each;
 # a call whose set is incomplete just stores its part):
@@ -57,7 +64,7 @@
 # Output under $OUT (at most 8 files come back; this script writes fewer per call):
 #   build.log test.log profile.{log,ncu-rep} profile_anchors.{log,ncu-rep} sanitize.log
 #   bench_bf16.{log,json,png} bench_fp.{log,json,png} vllm_up.log vllm_tests.log
-#   e2e_<model>.{log,json} summary.txt
+#   e2e_<model>.{log,json} system.{log,tar.gz} summary.txt
 # A short summary table is printed last.
 #
 # Time: one device command may run 600 s. CALL_LIMIT_S (default 580) is this
@@ -85,17 +92,17 @@ add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")")
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
 declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
-  [vllm_up]=240 [vllm_tests]=500 [e2e]=500)
+  [vllm_up]=240 [vllm_tests]=500 [e2e]=500 [system]=240)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e)" >&2; exit 2 ;;
+    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
   esac
 done
-[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,58p' "$0"; exit 2; }
+[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,67p' "$0"; exit 2; }
 
 # Budget for stage index $1: what is left minus the estimates of later stages.
 budget_for() {
@@ -568,6 +575,49 @@ stage_e2e() {
   add_summary e2e "$rc" $((SECONDS - t)) "${models[*]} x ${#runs[@]} run(s) (tables below; e2e_*.json)"
 }
 
+stage_system() {
+  local t=$SECONDS b=$1 rc=0 model prov per n dir="$OUT/system" args=() sums=()
+  ensure_built || { add_summary system SKIP 0 "no build"; return; }
+  vllm_env || { add_summary system SKIP 0 "serve carry set incomplete"; return; }
+  mkdir -p "$dir"
+  read -r -a args <<<"${SYSTEM_ARGS:-}"
+  {
+    say "system: the Llama-3-8B-shaped model dir (config + SmolLM2's tokenizer; dummy weights)"
+    model="$(timeout 120 "$PY" -c 'from benchmarks.e2e import presets; print("MODEL=" + presets.resolve("llama3-8b-dummy").model)' | sed -n 's/^MODEL=//p')"
+    [[ -d "$model" ]] || { say "system: no model directory (presets.resolve failed)"; rc=1; }
+    say "system: model at $model"
+    n=2
+    for prov in myops native; do
+      [[ -d "$model" ]] || break
+      per=$(( (b - 30 - (SECONDS - t)) / n - 15 )); n=$((n - 1))
+      say "system: --provider $prov, concurrency 1,64 (budget ${per}s) ${args[*]}"
+      # In process (one engine for both concurrencies), vLLM's default mode; a
+      # fixed KV cache (vLLM would take 90% of the GPU) and a short context.
+      VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout -k 15 -s INT "$per" "$PY" -m tools.profile system \
+        --model "$model" --load-format dummy --provider "$prov" --concurrency 1,64 \
+        --prompt-len 32 --decode-steps 16 --max-model-len 512 \
+        --kv-cache-memory-bytes $((4 << 30)) --out "$dir" "${args[@]}" 2>&1 || rc=$?
+    done
+  } >"$OUT/system.log" 2>&1
+  grep -E "^\[profile\]|^== |^decode:|^prefill:|verdict:|Error|error" "$OUT/system.log" | tail -n 24 | sed 's/^/  /'
+  for prov in myops native; do
+    for c in 1 64; do [[ -f "$dir/profile_${prov}_c$c.json" ]] && sums+=("$dir/profile_${prov}_c$c.json"); done
+  done
+  if (( ${#sums[@]} )); then
+    "$PY" -m tools.profile compare "${sums[@]}" >"$dir/compare.txt" 2>&1
+    { echo; echo "===== side by side ====="; cat "$dir/compare.txt"; } | tee -a "$OUT/system.log"
+    while IFS= read -r l; do EXTRA+=("  system: $l"); done <"$dir/compare.txt"
+  fi
+  # The archive with the Chrome traces if it stays under 5 MB, else without them.
+  tar -czf "$OUT/system.tar.gz" -C "$OUT" system
+  if (( $(stat -c %s "$OUT/system.tar.gz") > 5 * 1024 * 1024 )); then
+    tar -czf "$OUT/system.tar.gz" -C "$OUT" --exclude '*.trace.json' system
+    say "system: Chrome traces left out of system.tar.gz (over 5 MB with them)" | tee -a "$OUT/system.log"
+  fi
+  rm -rf "$dir"
+  add_summary system "$rc" $((SECONDS - t)) "${#sums[@]} of 4 runs (myops/native x C=1,64) -> system.log, system.tar.gz"
+}
+
 # ---------------------------------------------------------------------------
 # Run
 # ---------------------------------------------------------------------------
@@ -593,6 +643,7 @@ for i in "${!stages[@]}"; do
     vllm_up) stage_vllm_up "$b" ;;
     vllm_tests) stage_vllm_tests "$b" ;;
     e2e) stage_e2e "$b" ;;
+    system) stage_system "$b" ;;
   esac
 done
 

@@ -420,6 +420,11 @@ def summarize(
     return summary
 
 
+def _num(v: float | None, width: int, digits: int, scale: float = 1.0) -> str:
+    """`v` * `scale` right-aligned, or "-" where no run measured it."""
+    return f"{v * scale:>{width}.{digits}f}" if v is not None else f"{'-':>{width}}"
+
+
 def format_table(
     summary: dict[str, dict[str, Any]],
     side_names: list[str],
@@ -440,10 +445,10 @@ def format_table(
         for name in side_names:
             s = summary[name][key]
             lines.append(
-                f"{ctx:>6} {conc:>3} {name:<{w}} {s['output_tok_per_s'] or 0:>8.1f} "
-                f"{s['req_per_s'] or 0:>7.2f} {s['latency_p50_s'] or 0:>10.3f} "
-                f"{s['latency_p95_s'] or 0:>10.3f} {(s['ttft_p50_s'] or 0) * 1e3:>8.1f} "
-                f"{(s['tpot_p50_s'] or 0) * 1e3:>8.2f}"
+                f"{ctx:>6} {conc:>3} {name:<{w}} {_num(s['output_tok_per_s'], 8, 1)} "
+                f"{_num(s['req_per_s'], 7, 2)} {_num(s['latency_p50_s'], 10, 3)} "
+                f"{_num(s['latency_p95_s'], 10, 3)} {_num(s['ttft_p50_s'], 8, 1, 1e3)} "
+                f"{_num(s['tpot_p50_s'], 8, 2, 1e3)}"
             )
         base = summary[first][key]["output_tok_per_s"]
         for name in side_names[1:]:

@@ -350,7 +350,7 @@ def test_main_fails_on_evidence_and_gptq_without_a_model(tmp_path, monkeypatch):
     assert bs.side_model(sides.BUILTIN["bf16"], preset) == model
 
 
-def test_main_keeps_going_when_a_server_does_not_start(tmp_path, monkeypatch):
+def test_main_keeps_going_when_a_server_does_not_start(tmp_path, monkeypatch, capsys):
     model = _llama_dir(tmp_path)
     starts: list = []
     fake = _fake_run({"bf16": NATIVE_NORMS, "native": NATIVE_NORMS}, starts)
@@ -367,6 +367,8 @@ def test_main_keeps_going_when_a_server_does_not_start(tmp_path, monkeypatch):
     argv += ["--no-profile", "--sides", "bf16,gptq_vllm,native", "--save", str(out)]
     assert bs.main(argv) == 1
     assert [s[0] for s in starts] == ["bf16", "native"]
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if " gptq_vllm " in r]
+    assert row.split()[3:] == ["-"] * 6  # nothing measured, no zeros shown
     data = json.loads(out.read_text())
     assert data["complete"] is True and data["evidence_ok"] is False
     assert data["summary"]["gptq_vllm"]["1"]["output_tok_per_s"] is None

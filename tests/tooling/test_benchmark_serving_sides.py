@@ -409,3 +409,18 @@ def test_evidence_on_a_cpu_run(ran, claimed):
     problems = sides.evidence(sides.BUILTIN[claimed], stats, "")
     # A run passes as its own side only.
     assert (problems == []) == (ran == claimed)
+
+
+def test_choice_lines():
+    log = "\n".join(
+        [
+            "(EngineCore pid=7) INFO 12-02 00:56:46 [cuda.py:420] Using AttentionBackendEnum.FLASH_ATTN backend.",
+            "(Worker pid=5469) INFO 12-02 00:56:46 [auto_gptq.py:352] Using CPUWNA16LinearKernel for AutoGPTQLinearMethod",
+            "(Worker pid=5470) INFO 12-02 00:56:47 [auto_gptq.py:352] Using CPUWNA16LinearKernel for AutoGPTQLinearMethod",
+            "(EngineCore pid=7) INFO 12-02 00:56:47 [utils.py:347] Using LBHNC KV cache layout.",
+        ]
+    )
+    assert sides.choice_lines(log) == [
+        "Using AttentionBackendEnum.FLASH_ATTN backend.",
+        "Using CPUWNA16LinearKernel for AutoGPTQLinearMethod",
+    ]

@@ -79,8 +79,8 @@ namespace layout = w4a16::cuda_layout;
 // 32-row M tile; the dequant pass costs a read of W plus a write of it in a's
 // dtype. On the H200 the two paths cross near M = 64 (NOTES §8).
 constexpr int64_t kDequantMinM = 64;
-// Largest M the swap kernel takes under "auto" (token blocks of 8 or 16; the
-// blocks of one n-tile run together, so all but the first read B from L2).
+// Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
+// one n-tile's M tiles run together, so all but the first read B from L2).
 constexpr int64_t kRingMaxM = 16;
 constexpr int kWarps = 4;  // warps per GEMM block
 // m16 tiles per block above M = 16. 4 (M tile 64) needs more than the 255
@@ -654,10 +654,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // not per tile), streams them through its cp.async ring as
 // w4a16_decode_kernel does, and loads a tile's activation fragments while
 // its copies land (8 registers per octet; only rows that exist are loaded).
-constexpr int kSwapStages = 3;
-// Resident blocks per SM the swap kernel is compiled for, by token octets.
-constexpr int kSwapBlocksPerSm1 = 4;
-constexpr int kSwapBlocksPerSm2 = 2;
+// Ring slots per warp ("swap"; one less for group 32, whose second raw group
+// per slot would spill; "swap3" is the 3-slot build, for comparison) and
+// resident blocks per SM it is compiled for (128 registers).
+constexpr int kSwapStages = 5;
+constexpr int kSwapBlocksPerSm = 4;
+// Largest M the swap kernel takes under "auto". A block is one token octet:
+// a 2-octet build (205 registers, 2 blocks per SM) took 72.4 us at
+// 28672x4096, M = 16, against 49.8 us for the ring4 kernel (NOTES §8).
+constexpr int64_t kSwapMaxM = 8;
 
 template <typename T>
 __device__ __forceinline__ float code_base() {
@@ -698,11 +703,14 @@ __device__ __forceinline__ void swap_group_values(const GemmArgs& p,
     }
 }
 
-// Grid (token block of 8 * kOctets, n-tile, K-split).
-template <typename T, int kOctets, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+// Grid (token octet, n-tile, K-split). kS: ring slots per warp;
+// kTwoGroups: group size 32, two groups per tile (both groups' raw scales
+// ride in the register ring; one otherwise).
+template <typename T, int kS, bool kTwoGroups>
+__global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
     w4a16_swap_kernel(const GemmArgs p) {
-  constexpr int kS = kSwapStages;
+  constexpr int kOctets = 1;
+  constexpr int kGroupsPerTile = kTwoGroups ? 2 : 1;
   constexpr int kQuads = layout::kTileWords / 4;  // 16-byte words per tile
   constexpr int kRows = 8 * kOctets;
   using Act = uint32_t[kOctets][layout::kSteps][2];
@@ -721,8 +729,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int n0 = nt * layout::kTileN;
 
   // Tile i of this warp -> ring slot: its 4 quads and the raw scales /
-  // zeros of its groups (steps 0-1 and 2-3).
-  const auto issue = [&](int i, uint4(&slot)[kQuads], GroupRaw(&gr)[2]) {
+  // zeros of its groups (steps 0-1 and, for group 32, 2-3).
+  const auto issue = [&](int i, uint4(&slot)[kQuads],
+                         GroupRaw(&gr)[kGroupsPerTile]) {
     const int kt = first + i;
     const uint4* src = tiles + static_cast<int64_t>(kt) * kQuads;
 #pragma unroll
@@ -730,13 +739,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       tc::cp_async_16(tc::smem_addr(&slot[s * 32 + lane]), src + s * 32 + lane,
                       true);
     }
-    const int g0 = group_of(p, kt, 0);
-    const int g2 = group_of(p, kt, 2);
-    load_group(p, g0, n0, lane, gr[0]);
-    if (g2 != g0) {
-      load_group(p, g2, n0, lane, gr[1]);
-    } else {
-      gr[1] = gr[0];
+    load_group(p, group_of(p, kt, 0), n0, lane, gr[0]);
+    if constexpr (kTwoGroups) {
+      load_group(p, group_of(p, kt, 2), n0, lane, gr[kGroupsPerTile - 1]);
     }
   };
   // B fragments of k-tile kt: token 8 o + g, k = 16 s + 2 t (+ 8).
@@ -798,13 +803,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       std::is_same_v<T, __half> ? 0x3c003c00u : 0x3f803f80u;
   const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
   const auto compute = [&](int kt, const uint4(&b)[layout::kSteps],
-                           const GroupRaw(&gr)[2], const Act& act) {
+                           const GroupRaw(&gr)[kGroupsPerTile],
+                           const Act& act) {
 #pragma unroll
     for (int s = 0; s < layout::kSteps; ++s) {
       // A new group can start at step 2 only for group size 32 (the only
       // size below a tile; larger ones are multiples of 64, or all of K).
       if (s == 0) enter_group(kt, 0, gr[0]);
-      if (s == 2 && p.group_size < layout::kTileK) enter_group(kt, 2, gr[1]);
+      if constexpr (kTwoGroups) {
+        if (s == 2) enter_group(kt, 2, gr[kGroupsPerTile - 1]);
+      }
       const uint32_t words[4] = {b[s].x, b[s].y, b[s].z, b[s].w};
 #pragma unroll
       for (int pr = 0; pr < layout::kPairs; ++pr) {
@@ -823,7 +831,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
 
-  GroupRaw raws[kS][2];
+  GroupRaw raws[kS][kGroupsPerTile];
 #pragma unroll
   for (int i = 0; i < kS - 1; ++i) {
     if (i < count) issue(i, ring[warp][i], raws[i]);
@@ -977,11 +985,11 @@ __global__ void __launch_bounds__(kDequantThreads)
 
 // VLLM_MYOPS_W4A16_CUDA_PATH (read once) forces one path at every M, so the
 // tests cover each and the benchmark can compare them: "swap"
-// (w4a16_swap_kernel), "ring" (w4a16_decode_kernel, M tiles of 16; "ring4":
-// its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel) or "dequant"
-// (dequant + cuBLAS); unset or "auto" chooses by M (kRingMaxM,
+// (w4a16_swap_kernel; "swap3": its 3-slot build), "ring" (w4a16_decode_kernel,
+// M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel)
+// or "dequant" (dequant + cuBLAS); unset or "auto" chooses by M (kRingMaxM,
 // kDequantMinM).
-enum class CudaPath { kAuto, kSwap, kRing, kRing4, kMma, kDequant };
+enum class CudaPath { kAuto, kSwap, kSwap3, kRing, kRing4, kMma, kDequant };
 
 // One tensor-core kernel as run_gemm launches it.
 struct GemmKernel {
@@ -1010,7 +1018,8 @@ GemmKernel gemm_kernel(int rows_per_block, int stages) {
 }
 
 template <typename T>
-GemmKernel gemm_kernel_for(CudaPath path, int64_t m) {
+GemmKernel gemm_kernel_for(CudaPath path, int group_rows) {
+  const bool two_groups = group_rows < layout::kTileK;
   switch (path) {
     case CudaPath::kRing:
       return gemm_kernel<w4a16_decode_kernel<T, kDecodeMinBlocksPerSm>>(
@@ -1021,13 +1030,15 @@ GemmKernel gemm_kernel_for(CudaPath path, int64_t m) {
     case CudaPath::kMma:
       return gemm_kernel<w4a16_mma_kernel<T, kMaxMTiles>>(
           16 * kMaxMTiles, kStagesFor<kMaxMTiles>);
+    case CudaPath::kSwap3:
+      return two_groups ? gemm_kernel<w4a16_swap_kernel<T, 3, true>>(8, 3)
+                        : gemm_kernel<w4a16_swap_kernel<T, 3, false>>(8, 3);
     default:  // kSwap
-      if (m <= 8) {
-        return gemm_kernel<w4a16_swap_kernel<T, 1, kSwapBlocksPerSm1>>(
-            8, kSwapStages);
-      }
-      return gemm_kernel<w4a16_swap_kernel<T, 2, kSwapBlocksPerSm2>>(
-          16, kSwapStages);
+      return two_groups
+                 ? gemm_kernel<w4a16_swap_kernel<T, kSwapStages - 1, true>>(
+                       8, kSwapStages - 1)
+                 : gemm_kernel<w4a16_swap_kernel<T, kSwapStages, false>>(
+                       8, kSwapStages);
   }
 }
 
@@ -1065,7 +1076,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               at::Tensor& out) {
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
-  const GemmKernel kern = gemm_kernel_for<T>(path, shape.m);
+  const GemmKernel kern = gemm_kernel_for<T>(path, group_rows);
   const int m_blocks = (m + kern.rows_per_block - 1) / kern.rows_per_block;
   const int n_tiles = static_cast<int>(shape.n_tiles);
   const int k_tiles = static_cast<int>(shape.k_tiles);
@@ -1131,13 +1142,14 @@ CudaPath forced_cuda_path() {
     const std::string v = env ? env : "";
     if (v.empty() || v == "auto") return CudaPath::kAuto;
     if (v == "swap") return CudaPath::kSwap;
+    if (v == "swap3") return CudaPath::kSwap3;
     if (v == "ring") return CudaPath::kRing;
     if (v == "ring4") return CudaPath::kRing4;
     if (v == "mma") return CudaPath::kMma;
     if (v == "dequant") return CudaPath::kDequant;
     TORCH_CHECK(false,
-                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, swap, ring, ring4, "
-                "mma or dequant, got '",
+                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, swap, swap3, ring, "
+                "ring4, mma or dequant, got '",
                 v, "'");
     return CudaPath::kAuto;
   }();
@@ -1147,7 +1159,8 @@ CudaPath forced_cuda_path() {
 CudaPath cuda_path_for(int64_t m) {
   const CudaPath f = forced_cuda_path();
   if (f != CudaPath::kAuto) return f;
-  if (m <= kRingMaxM) return CudaPath::kSwap;
+  if (m <= kSwapMaxM) return CudaPath::kSwap;
+  if (m <= kRingMaxM) return CudaPath::kRing4;
   return m < kDequantMinM ? CudaPath::kMma : CudaPath::kDequant;
 }
 

@@ -34,10 +34,11 @@
 //   at the end. Each warp copies its own quarter, so the warps pipeline
 //   apart with __syncwarp, no CTA barrier per tile. A
 //   sequence that fills one split: the CTA writes out. Several: each writes
-//   an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter
-//   (zeroed per call by a memset), and the last to finish merges all splits
-//   in split order (deterministic) and writes out: one launch, no combine
-//   kernel.
+//   an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter,
+//   and the last to finish merges all splits in split order
+//   (deterministic), writes out and stores the counter's 0 back (persistent
+//   counters, no memset per call: decode_split_counters.h): one launch, no
+//   combine kernel, no memset node.
 // * Prefill mode (grid B x H_kv x row tiles, launched only when
 //   max_query_len > 1): FlashAttention-2 tiles, 64 rows per CTA (16 per
 //   warp), every warp against all 64 tokens of a tile, KV range [0, causal
@@ -106,6 +107,7 @@
 #include <cuda_fp16.h>
 
 #include "attention/attention_args.h"
+#include "attention/decode_split_counters.h"
 #include "cuda/mma_utils.cuh"
 #include "cuda/launch.cuh"
 #include "ops.h"
@@ -147,7 +149,7 @@ struct Params {
   int split_tokens;  // a multiple of kDecodeTileN
   float* part_o;     // [B, H_q, splits, D]
   float2* part_ml;   // [B, H_q, splits] (max, sum)
-  int* counters;     // [B, H_kv] splits finished, zeroed per call
+  int* counters;     // [B, H_kv] splits finished; 0 between launches
   bool skip_decode_rows;
 };
 
@@ -557,13 +559,16 @@ __global__ void __launch_bounds__(kThreads)
     // Release: this CTA's partials are visible device-wide before its count
     // (the threadFenceReduction pattern); the last CTA reads them through L2
     // (__ldcg) and sums in split order, so the result does not depend on
-    // which CTA came last. The counters are zeroed per call (host side).
+    // which CTA came last. The last one also stores the counter's 0 back:
+    // every split of (b, h) has counted by then, and the next launch that
+    // uses the counter starts after this one ends (decode_split_counters.h).
     __shared__ int last_split;
     __threadfence();
     __syncthreads();
     if (tid == 0) {
-      last_split =
-          atomicAdd(p.counters + int64_t(b) * p.num_kv_heads + h, 1) == n - 1;
+      int* counter = p.counters + int64_t(b) * p.num_kv_heads + h;
+      last_split = atomicAdd(counter, 1) == n - 1;
+      if (last_split) *counter = 0;
     }
     __syncthreads();
     if (!last_split) return;
@@ -685,7 +690,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
   const int64_t g = sh.num_heads / sh.num_kv_heads;
   const bool decode_kernel = g <= kDecodeMaxGroup;
   p.skip_decode_rows = decode_kernel;
-  at::Tensor part_o, part_ml, counters;
+  at::Tensor part_o, part_ml;
   if (decode_kernel) {
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     const int64_t slots = int64_t(sms) * decode_ctas_per_sm<T, D>();
@@ -702,15 +707,11 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
                          query.options().dtype(at::kFloat));
       part_ml = at::empty({sh.num_seqs * sh.num_heads * splits * 2},
                           query.options().dtype(at::kFloat));
-      // Zeroed by a memset on the stream (a memset node under graph
-      // capture): no host sync.
-      counters = at::empty({sh.num_seqs * sh.num_kv_heads},
-                           query.options().dtype(at::kInt));
-      C10_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr<int>(), 0,
-                                     counters.numel() * sizeof(int), stream));
       p.part_o = part_o.data_ptr<float>();
       p.part_ml = reinterpret_cast<float2*>(part_ml.data_ptr<float>());
-      p.counters = counters.data_ptr<int>();
+      // Zero before the launch and left zero by it: no memset (node).
+      p.counters = attention::decode_split_counters(
+          stream, sh.num_seqs * sh.num_kv_heads);
     }
     prepare_kernel<T, D, true>();
     const dim3 grid(unsigned(sh.num_seqs), unsigned(sh.num_kv_heads),

@@ -211,16 +211,65 @@ struct Config {
   static constexpr int kMergeBytes = kWarps * 16 * (D + 2) * 4;
   static_assert(!kDecode || kMergeBytes <= kStages * kKvStageBytes);
   static constexpr int kSmemBytes = kStages * kKvStageBytes + kQBytes;
+  // Resident CTAs per SM the registers must allow at decode D = 64 / 128
+  // (<= 96 / 168 registers): the counts before the one-pass merge, which
+  // unbounded took D = 64 to 113-117 registers (4 CTAs, not 5). D = 128:
+  // also the cap of its shared memory.
+  static constexpr int kMinCtas = !kDecode ? 1 : D == 64 ? 5 : D == 128 ? 3 : 1;
 };
 
 template <typename T, int D, bool kDecode>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
     paged_attention_kernel(const Params p) {
   using C = Config<D, kDecode>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int b = blockIdx.x;
   const int h = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
+  // kLanesPerTok lanes per token, lane j of a token taking chunks j, j +
+  // kLanesPerTok, ... (so the lanes of one copy instruction read whole
+  // 32-byte sectors: 2 or 4 adjacent chunks per token). Each lane reads its
+  // token's block-table entry a tile ahead (table_ahead, a register), so the
+  // copies of a tile never wait on a table read and need one address per
+  // lane. (Read per copy, the table reads of a tile were serial round trips:
+  // the first H200 run.) Decode: a warp computes on the same tokens it
+  // copied, so the warps pipeline apart (__syncwarp, no CTA barrier per
+  // tile); prefill warps read the whole tile (__syncthreads).
+  constexpr int kCopyToks = C::kTileN / kWarps;
+  constexpr int kLanesPerTok = 32 / kCopyToks;
+  constexpr int kCopies = C::kChunksKV / kLanesPerTok;
+  static_assert(kCopyToks * kLanesPerTok == 32 &&
+                kCopies * kLanesPerTok == C::kChunksKV);
+  static_assert(!kDecode || kCopyToks == C::kWarpTokens);
+  const int copy_tok = warp * kCopyToks + lane / kLanesPerTok;
+  const int copy_lane = lane % kLanesPerTok;
+  const int* table = p.table + int64_t(b) * p.table_s0;
+  // Token pos's (physical block, offset); phys -1 at or past `bound`.
+  auto table_entry = [&](int pos, int bound, int& phys, int& off) {
+    phys = -1;
+    off = 0;
+    if (pos < bound) {
+      const int blk =
+          p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
+      off = pos - blk * p.block_size;
+      phys = __ldg(table + blk);
+    }
+  };
+  // The first two tiles' entries are read before the sequence's lengths:
+  // their positions depend only on the split (decode; prefill starts at 0)
+  // and the table's width bounds them, so the table read and the qsl /
+  // seq_lens reads make one round trip, not two in a row (at batch 1 the
+  // kernel is a latency chain). Entries past the CTA's range are dropped
+  // once kv_end is known.
+  const int kv_begin0 = kDecode ? int(blockIdx.z) * p.split_tokens : 0;
+  const int table_tokens = p.max_blocks_per_seq * p.block_size;
+  int phys0, off0, next_phys, next_off;  // tile 0; tile t + 1 in the loop
+  table_entry(kv_begin0 + copy_tok, table_tokens, phys0, off0);
+  table_entry(kv_begin0 + C::kTileN + copy_tok, table_tokens, next_phys,
+              next_off);
+
   const SeqInfo s = seq_info(p, b);
   const int G = p.group;
 
@@ -231,7 +280,7 @@ __global__ void __launch_bounds__(kThreads)
     if (s.q_len != 1) return;
     row0 = 0;
     rows_total = G;
-    kv_begin = blockIdx.z * p.split_tokens;
+    kv_begin = kv_begin0;
     if (kv_begin >= s.seq_len) return;
     kv_end = blockIdx.z == p.splits - 1
                  ? s.seq_len
@@ -243,10 +292,12 @@ __global__ void __launch_bounds__(kThreads)
     rows_total = s.q_len * G;
     if (row0 >= rows_total) return;
     const int last_row = min(row0 + C::kRows, rows_total) - 1;
-    kv_begin = 0;
+    kv_begin = kv_begin0;
     kv_end = s.seq_len - s.q_len + last_row / G + 1;
   }
   const int ctx0 = s.seq_len - s.q_len;
+  if (kv_begin + copy_tok >= kv_end) phys0 = -1;  // zero fill
+  if (kv_begin + C::kTileN + copy_tok >= kv_end) next_phys = -1;
 
   unsigned char* kv_smem = smem;
   unsigned char* q_smem = smem + kStages * C::kKvStageBytes;
@@ -271,39 +322,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const T* cache = static_cast<const T*>(p.cache);
-  const int* table = p.table + int64_t(b) * p.table_s0;
   // This thread's two rows in its warp's m16 tile: lane / 4 and lane / 4 + 8.
   const int warp_row0 = kDecode ? 0 : warp * 16;
   const int warp_tok0 = kDecode ? warp * C::kWarpTokens : 0;
-
-  // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
-  // kLanesPerTok lanes per token, lane j of a token taking chunks j, j +
-  // kLanesPerTok, ... (so the lanes of one copy instruction read whole
-  // 32-byte sectors: 2 or 4 adjacent chunks per token). Each lane reads its
-  // token's block-table entry a tile ahead (table_ahead, a register), so the
-  // copies of a tile never wait on a table read and need one address per
-  // lane. (Read per copy, the table reads of a tile were serial round trips:
-  // the first H200 run.) Decode: a warp computes on the same tokens it
-  // copied, so the warps pipeline apart (__syncwarp, no CTA barrier per
-  // tile); prefill warps read the whole tile (__syncthreads).
-  constexpr int kCopyToks = C::kTileN / kWarps;
-  constexpr int kLanesPerTok = 32 / kCopyToks;
-  constexpr int kCopies = C::kChunksKV / kLanesPerTok;
-  static_assert(kCopyToks * kLanesPerTok == 32 &&
-                kCopies * kLanesPerTok == C::kChunksKV);
-  static_assert(!kDecode || kCopyToks == C::kWarpTokens);
-  const int copy_tok = warp * kCopyToks + lane / kLanesPerTok;
-  const int copy_lane = lane % kLanesPerTok;
   auto table_ahead = [&](int t, int& phys, int& off) {
-    const int pos = kv_begin + t * C::kTileN + copy_tok;
-    phys = -1;
-    off = 0;
-    if (pos < kv_end) {
-      const int blk =
-          p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
-      off = pos - blk * p.block_size;
-      phys = __ldg(table + blk);
-    }
+    table_entry(kv_begin + t * C::kTileN + copy_tok, kv_end, phys, off);
   };
   auto load_tile = [&](int stage, int phys, int off) {
     // Zero fill past kv_end (phys = -1) and for block ids outside
@@ -324,13 +347,7 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   const int n_tiles = (kv_end - kv_begin + C::kTileN - 1) / C::kTileN;
-  int next_phys = -1, next_off = 0;  // table entry of tile t + 1
-  {
-    int phys0, off0;
-    table_ahead(0, phys0, off0);
-    if (n_tiles > 1) table_ahead(1, next_phys, next_off);
-    load_tile(0, phys0, off0);
-  }
+  load_tile(0, phys0, off0);
   cp_async_commit();  // group 0: Q and tile 0
 
   int lim[2];  // last KV position (inclusive) each row may see
@@ -573,49 +590,47 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!last_split) return;
     __threadfence();
-    // Scratch over the stages (every thread is past the merge above):
-    // coef[r][k] (first the split's max), sum_k[r][k], inv_l[r].
-    float* coef = reinterpret_cast<float*>(kv_smem);
-    float* sum_k = coef + G * n;
-    float* inv_l = sum_k + G * n;
-    for (int i = tid; i < G * n; i += kThreads) {
-      const int r = i / n, k = i - r * n;
-      const float2 ml = __ldcg(p.part_ml + (part_row0 + r) * p.splits + k);
-      coef[i] = ml.x;
-      sum_k[i] = ml.y;
-    }
-    __syncthreads();
-    if (tid < G) {
-      float mx = -INFINITY;
-      for (int k = 0; k < n; ++k) mx = fmaxf(mx, coef[tid * n + k]);
-      float sum = 0.f;
-      for (int k = 0; k < n; ++k) {
-        const float mk = coef[tid * n + k];
-        const float c = mk == -INFINITY ? 0.f : fast_exp2(mk - mx);
-        coef[tid * n + k] = c;
-        sum += sum_k[tid * n + k] * c;
-      }
-      inv_l[tid] = sum > 0.f ? 1.f / sum : 0.f;
-    }
-    __syncthreads();
-    // One float4 of one row per thread; the n loads are independent
-    // (unrolled, so several are in flight at once).
+    // One pass, one float4 of one row per thread: each thread walks the
+    // row's splits in split order with a running max (online softmax), so
+    // the (m, l) and partial loads of up to 16 splits are in flight at once
+    // (unrolled; they do not depend on the sums) and no thread waits on a
+    // barrier or on another thread's coefficients: one L2 round trip per 16
+    // splits. (Before: the (m, l) loads, a barrier, G threads walking all
+    // splits' exponentials in turn, a barrier, then the partial loads.)
+    // Same fixed order every launch: deterministic. D = 64 takes 8 splits
+    // per batch: 16 raised its registers from 96 to 128 (5 -> 4 CTAs/SM).
     constexpr int kQuads = D / 4;
+    constexpr int kBatch = D == 64 ? 8 : 16;
     for (int idx = tid; idx < G * kQuads; idx += kThreads) {
       const int r = idx / kQuads, d = (idx % kQuads) * 4;
-      const float4* src = reinterpret_cast<const float4*>(
-          p.part_o + (part_row0 + r) * p.splits * D + d);
-      const float* c = coef + r * n;
+      const int64_t prow = (part_row0 + r) * p.splits;
+      const float4* src =
+          reinterpret_cast<const float4*>(p.part_o + prow * D + d);
+      float mx = -INFINITY, sum = 0.f;
       float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 16
-      for (int k = 0; k < n; ++k) {
-        const float4 v = __ldcg(src + k * kQuads);
-        o.x += c[k] * v.x;
-        o.y += c[k] * v.y;
-        o.z += c[k] * v.z;
-        o.w += c[k] * v.w;
+      for (int k0 = 0; k0 < n; k0 += kBatch) {
+#pragma unroll
+        for (int kk = 0; kk < kBatch; ++kk) {
+          // Past the last split: split n - 1 reloaded at weight 0, so the
+          // batch's loads have no branch between them.
+          const int k = k0 + kk;
+          const int kc = min(k, n - 1);
+          const float2 ml = __ldcg(p.part_ml + prow + kc);
+          const float4 v = __ldcg(src + kc * kQuads);
+          const float mk = k < n ? ml.x : -INFINITY;
+          const float m_new = fmaxf(mx, mk);
+          // Splits with nothing seen (m = -inf) weigh 0, never exp2(nan).
+          const float c_old = mx == -INFINITY ? 0.f : fast_exp2(mx - m_new);
+          const float c_k = mk == -INFINITY ? 0.f : fast_exp2(mk - m_new);
+          mx = m_new;
+          sum = sum * c_old + ml.y * c_k;
+          o.x = o.x * c_old + v.x * c_k;
+          o.y = o.y * c_old + v.y * c_k;
+          o.z = o.z * c_old + v.z * c_k;
+          o.w = o.w * c_old + v.w * c_k;
+        }
       }
-      const float inv = inv_l[r];
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
       uint32_t* dst = reinterpret_cast<uint32_t*>(
           out + int64_t(s.q0) * p.out_s0 + int64_t(hq0 + r) * p.out_s1 + d);
       dst[0] = pack2<T>(o.x * inv, o.y * inv);

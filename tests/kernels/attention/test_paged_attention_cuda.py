@@ -74,6 +74,30 @@ def test_block_table_read_ahead(device: str, block_size: int) -> None:
 
 
 @pytest.mark.parametrize("device", CUDA)
+def test_decode_merge_extreme_logits(device: str) -> None:
+    """The merge walks the splits with a running max: splits whose maxima
+    differ by thousands (scale 50, |q.k| up to ~1e5), more splits than one
+    unrolled batch of loads (16; MQA 1 x 6000 takes 64 splits), and splits
+    that fill fewer than the longest sequence's: finite and right."""
+    lengths = [(1, 6000), (1, 1100), (1, 70)]
+    batch = make_batch(
+        lengths,
+        8,
+        1,
+        128,
+        16,
+        torch.float16,
+        device=device,
+        scale=50.0,
+        q_std=8.0,
+        kv_std=8.0,
+        seed=13,
+    )
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
 def test_decode_split_merge_is_deterministic(device: str) -> None:
     """The last split of a (sequence, kv head) to finish merges all of them
     in split order: which CTA is last must not change a bit of the output.

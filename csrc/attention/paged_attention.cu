@@ -212,10 +212,12 @@ struct Config {
   static_assert(!kDecode || kMergeBytes <= kStages * kKvStageBytes);
   static constexpr int kSmemBytes = kStages * kKvStageBytes + kQBytes;
   // Resident CTAs per SM the registers must allow at decode D = 64 / 128
-  // (<= 96 / 168 registers): the counts before the one-pass merge, which
-  // unbounded took D = 64 to 113-117 registers (4 CTAs, not 5). D = 128:
-  // also the cap of its shared memory.
-  static constexpr int kMinCtas = !kDecode ? 1 : D == 64 ? 5 : D == 128 ? 3 : 1;
+  // (<= 128 / 168 registers). Unbounded, the one-pass merge and the
+  // shuffled copies took sm_90a to 120 / 192 registers; D = 128 keeps the
+  // 3 CTAs its shared memory allows, D = 64 drops from 5 to 4 (at 96
+  // registers, the old count, it spilled): 16 warps and ~64 KB in flight
+  // per SM, still above the ~40 KB the bandwidth needs.
+  static constexpr int kMinCtas = !kDecode ? 1 : D == 64 ? 4 : D == 128 ? 3 : 1;
 };
 
 template <typename T, int D, bool kDecode>
@@ -228,23 +230,30 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
-  // kLanesPerTok lanes per token, lane j of a token taking chunks j, j +
-  // kLanesPerTok, ... (so the lanes of one copy instruction read whole
-  // 32-byte sectors: 2 or 4 adjacent chunks per token). Each lane reads its
-  // token's block-table entry a tile ahead (table_ahead, a register), so the
-  // copies of a tile never wait on a table read and need one address per
-  // lane. (Read per copy, the table reads of a tile were serial round trips:
-  // the first H200 run.) Decode: a warp computes on the same tokens it
-  // copied, so the warps pipeline apart (__syncwarp, no CTA barrier per
-  // tile); prefill warps read the whole tile (__syncthreads).
+  // 8 lanes per token, lane j of a token taking chunks j, j + 8, ...: one
+  // copy instruction reads 4 tokens x 128 contiguous bytes, 4 whole cache
+  // lines (was 16 tokens x 32 bytes, 16 lines; if the L1/LSU pipeline
+  // takes a cycle per line, as assumed here and for ncu to confirm, that
+  // was ~256 cycles per 8 KB quarter, 32 bytes/cycle/SM, too close to the
+  // ~18 the H200's bandwidth needs with ldmatrix on the same pipeline).
+  // Lane i reads the block-table entry of the warp's token i % kCopyToks a
+  // tile ahead (table_ahead, a register) and the copies take it by shuffle,
+  // so a tile's copies never wait on a table read. (Read per copy, the
+  // table reads of a tile were serial round trips: the first H200 run.)
+  // Decode: a warp computes on the same tokens it copied, so the warps
+  // pipeline apart (__syncwarp, no CTA barrier per tile); prefill warps read
+  // the whole tile (__syncthreads).
   constexpr int kCopyToks = C::kTileN / kWarps;
-  constexpr int kLanesPerTok = 32 / kCopyToks;
-  constexpr int kCopies = C::kChunksKV / kLanesPerTok;
-  static_assert(kCopyToks * kLanesPerTok == 32 &&
-                kCopies * kLanesPerTok == C::kChunksKV);
+  constexpr int kLanesPerTok = 8;
+  constexpr int kToksPerCopy = 32 / kLanesPerTok;
+  constexpr int kTokGroups = kCopyToks / kToksPerCopy;
+  constexpr int kChunkSteps = C::kChunksKV / kLanesPerTok;
+  static_assert(kTokGroups * kToksPerCopy == kCopyToks &&
+                kChunkSteps * kLanesPerTok == C::kChunksKV);
   static_assert(!kDecode || kCopyToks == C::kWarpTokens);
-  const int copy_tok = warp * kCopyToks + lane / kLanesPerTok;
+  const int entry_tok = warp * kCopyToks + lane % kCopyToks;
   const int copy_lane = lane % kLanesPerTok;
+  const int copy_sub = lane / kLanesPerTok;
   const int* table = p.table + int64_t(b) * p.table_s0;
   // Token pos's (physical block, offset); phys -1 at or past `bound`.
   auto table_entry = [&](int pos, int bound, int& phys, int& off) {
@@ -266,8 +275,8 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
   const int kv_begin0 = kDecode ? int(blockIdx.z) * p.split_tokens : 0;
   const int table_tokens = p.max_blocks_per_seq * p.block_size;
   int phys0, off0, next_phys, next_off;  // tile 0; tile t + 1 in the loop
-  table_entry(kv_begin0 + copy_tok, table_tokens, phys0, off0);
-  table_entry(kv_begin0 + C::kTileN + copy_tok, table_tokens, next_phys,
+  table_entry(kv_begin0 + entry_tok, table_tokens, phys0, off0);
+  table_entry(kv_begin0 + C::kTileN + entry_tok, table_tokens, next_phys,
               next_off);
 
   const SeqInfo s = seq_info(p, b);
@@ -296,8 +305,8 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
     kv_end = s.seq_len - s.q_len + last_row / G + 1;
   }
   const int ctx0 = s.seq_len - s.q_len;
-  if (kv_begin + copy_tok >= kv_end) phys0 = -1;  // zero fill
-  if (kv_begin + C::kTileN + copy_tok >= kv_end) next_phys = -1;
+  if (kv_begin + entry_tok >= kv_end) phys0 = -1;  // zero fill
+  if (kv_begin + C::kTileN + entry_tok >= kv_end) next_phys = -1;
 
   unsigned char* kv_smem = smem;
   unsigned char* q_smem = smem + kStages * C::kKvStageBytes;
@@ -326,23 +335,32 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
   const int warp_row0 = kDecode ? 0 : warp * 16;
   const int warp_tok0 = kDecode ? warp * C::kWarpTokens : 0;
   auto table_ahead = [&](int t, int& phys, int& off) {
-    table_entry(kv_begin + t * C::kTileN + copy_tok, kv_end, phys, off);
+    table_entry(kv_begin + t * C::kTileN + entry_tok, kv_end, phys, off);
   };
   auto load_tile = [&](int stage, int phys, int off) {
-    // Zero fill past kv_end (phys = -1) and for block ids outside
-    // [0, num_blocks); src stays a valid address then (nothing is read).
-    const bool valid = phys >= 0 && phys < p.num_blocks;
-    const T* src =
-        cache + copy_lane * 8 +
-        (valid ? ((int64_t(phys) * p.num_kv_heads + h) * p.block_size + off) *
-                     (2 * D)
-               : int64_t(0));
     const uint32_t dst0 = kv_base + stage * C::kKvStageBytes;
 #pragma unroll
-    for (int it = 0; it < kCopies; ++it) {
-      const int c = it * kLanesPerTok + copy_lane;
-      cp_async_16(dst0 + swizzled<C::kChunksKV>(copy_tok, c),
-                  src + it * kLanesPerTok * 8, valid);
+    for (int gi = 0; gi < kTokGroups; ++gi) {
+      // Token tok of the warp's range; lane `held` holds its table entry.
+      const int held = gi * kToksPerCopy + copy_sub;
+      const int tok = warp * kCopyToks + held;
+      const int tphys = __shfl_sync(0xffffffffu, phys, held);
+      const int toff = __shfl_sync(0xffffffffu, off, held);
+      // Zero fill past kv_end (phys = -1) and for block ids outside
+      // [0, num_blocks); src stays a valid address then (nothing is read).
+      const bool valid = tphys >= 0 && tphys < p.num_blocks;
+      const T* src =
+          cache + copy_lane * 8 +
+          (valid
+               ? ((int64_t(tphys) * p.num_kv_heads + h) * p.block_size + toff) *
+                     (2 * D)
+               : int64_t(0));
+#pragma unroll
+      for (int it = 0; it < kChunkSteps; ++it) {
+        const int c = it * kLanesPerTok + copy_lane;
+        cp_async_16(dst0 + swizzled<C::kChunksKV>(tok, c),
+                    src + it * kLanesPerTok * 8, valid);
+      }
     }
   };
 

@@ -59,15 +59,19 @@ def test_decode_splits(device: str, lengths: list) -> None:
         assert_attention_close(batch)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("block_size", [1, 7, 128])
 @pytest.mark.parametrize("device", CUDA)
-def test_block_table_read_ahead(device: str, block_size: int) -> None:
+def test_block_table_read_ahead(device: str, block_size: int, head_dim: int) -> None:
     """The kernels read each tile's block-table entries a tile ahead, one
-    per token: block sizes below, across and above a 64-token tile, decode
-    rows of many splits and one, and prefill rows."""
+    per token, the first two tiles' before the sequence lengths (dropped
+    past the CTA's range), and hand them to the 8 lanes that copy a token
+    by shuffle: block sizes below, across and above a 64-token tile, every
+    head dim (2, 4 or 8 copies per token; prefill D = 256 has 32-token
+    tiles), decode rows of many splits and one, and prefill rows."""
     lengths = [(1, 2000), (1, 64), (1, 65), (1, 1), (37, 300), (3, 129)]
     batch = make_batch(
-        lengths, 8, 2, 128, block_size, torch.bfloat16, device=device, seed=5
+        lengths, 8, 2, head_dim, block_size, torch.bfloat16, device=device, seed=5
     )
     _run(batch)
     assert_attention_close(batch)

@@ -18,9 +18,10 @@
 // * K/V tiles of 64 tokens stream through shared memory with cp.async (16-byte
 //   vectors, double buffered, tokens past the CTA's range zero-filled so the
 //   NaN of unowned slots never enters the math). Each token's block comes
-//   from the block table (block_size any >= 1), read a tile ahead by the
-//   lanes that copy the token (one register each, no wait at copy time).
-//   S = Q K^T and
+//   from the block table (block_size any >= 1), read a tile ahead (one
+//   entry per lane, handed by shuffle to the 8 lanes that copy the token:
+//   no wait at copy time; the first two tiles' entries are read together
+//   with seq_lens). S = Q K^T and
 //   O += P V run on mma.sync m16n8k16 (ldmatrix / ldmatrix.trans from XOR-
 //   swizzled tiles, no bank conflicts), online softmax in fp32 in the exp2
 //   domain (scale * log2 e folded into S), P rounded to the input dtype for
@@ -51,11 +52,12 @@
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
 //   16-token halves.
 // * Registers (ptxas, 128 threads, no spills; sm_90a / sm_80): decode D
-//   64/128/256: 96/164/249 / 96/168/251; prefill 131/245/226 /
-//   131/244/228. Shared memory: decode 34/68/136 KB,
-//   prefill 40/80/96 KB -> decode D = 128: 3 CTAs per SM. Decode D = 256
-//   needs > 99 KB of shared memory, so it does not launch on sm_86/sm_89
-//   (fine on sm_80 / sm_90).
+//   64/128/256: 122/168/255 / 120/168/252 (__launch_bounds__ asks for 4 /
+//   3 / 1 CTAs per SM); prefill 168/243/229 / 163/247/229. Shared memory:
+//   decode 34/68/136 KB, prefill 40/80/96 KB -> decode D = 64: 4 CTAs per
+//   SM (registers), D = 128: 3 (shared memory and registers). Decode D =
+//   256 needs > 99 KB of shared memory, so it does not launch on
+//   sm_86/sm_89 (fine on sm_80 / sm_90).
 // Inputs the CPU op rejects by reading the index tensors (it checks them on
 // the host) cannot be checked here without a device->host copy; the kernels
 // clamp them so that they never read or write out of bounds (block ids
@@ -91,6 +93,22 @@
 //               ~40 KB 4.8 TB/s needs; 93-98% of the floor; target 93%)
 //   9/3 x 64, 1 x 512: 3.5-5 us (0.4 MB; 8 splits -> 24 CTAs of one tile,
 //               was 9 CTAs; latency bound; sdpa 6.5)
+// Measured (H200, same cases): 10.35 / 25.6 / 325.7 / 9.6 us, 77.8-80% of
+// the floor at >= 32 x 8k (benchmarks/NOTES.md section 10). Second redesign
+// (no memset node: self-resetting counters; the first tiles' table entries
+// read with seq_lens; one-pass merge; copies of 4 whole lines per
+// instruction, was 16 partial ones), prediction, same conditions:
+//   1 x 1024:   7.3-8.3 us (memset node 1-1.5, table trip 0.6-0.9, merge
+//               0.5-0.8 us less; 128 CTAs, 1 per SM; target 6 still missed)
+//   1 x 8192:   17-21 us (the same, the 43-split merge ~1 us, copies 1-3)
+//   32 x 8192:  275-290 us, 87-92% of the floor, IF the L1/LSU pipeline's
+//               cycle per cache line capped the old copies (~32 B/cycle/SM
+//               with ldmatrix on the same pipe vs ~18 needed); ~325 if not
+//   9/3 x 64, 1 x 512: 6.5-7.5 us (24 CTAs; memset, table trip, merge)
+// CTAs/SM: D 128 3 as before (68 KB shared memory each caps it whatever
+// the registers), 12 warps, ~96 KB in flight per SM (one 8 KB quarter tile
+// ahead per warp) against the ~40 KB that 4.3 TB/s x ~1.2 us needs; D 64
+// 4, was 5 (~64 KB in flight).
 // Prefill (compute bound, mma.sync m16n8k16, no wgmma): FA2-class, predicted
 // ~330-400 TFLOP/s causal at 8k on the H200, 45-55% of FA3; the 60% target
 // likely needs 128-row tiles or wgmma (not done).

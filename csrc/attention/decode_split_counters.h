@@ -18,6 +18,9 @@
 //     that the host waits for (once per captured graph and region size; no
 //     wait on the caller's stream), both in relaxed capture mode (neither is
 //     a stream operation of the capture);
+//     cudaMalloc itself may wait for the device: once per region, like the
+//     caching allocator's first allocations (torch's sync debug mode does
+//     not see it);
 // (b) regions are never freed (a few KB per stream and per captured graph);
 // (c) one region per (device, stream, capture sequence): eager launches on
 //     one stream are ordered by the stream; each captured graph has its own

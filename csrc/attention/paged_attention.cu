@@ -18,9 +18,10 @@
 // * K/V tiles of 64 tokens stream through shared memory with cp.async (16-byte
 //   vectors, double buffered, tokens past the CTA's range zero-filled so the
 //   NaN of unowned slots never enters the math). Each token's block comes
-//   from the block table (block_size any >= 1), read a tile ahead by the
-//   lanes that copy the token (one register each, no wait at copy time).
-//   S = Q K^T and
+//   from the block table (block_size any >= 1), read a tile ahead (one
+//   entry per lane, handed by shuffle to the 8 lanes that copy the token:
+//   no wait at copy time; the first two tiles' entries are read together
+//   with seq_lens). S = Q K^T and
 //   O += P V run on mma.sync m16n8k16 (ldmatrix / ldmatrix.trans from XOR-
 //   swizzled tiles, no bank conflicts), online softmax in fp32 in the exp2
 //   domain (scale * log2 e folded into S), P rounded to the input dtype for
@@ -34,10 +35,11 @@
 //   at the end. Each warp copies its own quarter, so the warps pipeline
 //   apart with __syncwarp, no CTA barrier per tile. A
 //   sequence that fills one split: the CTA writes out. Several: each writes
-//   an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter
-//   (zeroed per call by a memset), and the last to finish merges all splits
-//   in split order (deterministic) and writes out: one launch, no combine
-//   kernel.
+//   an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter,
+//   and the last to finish merges all splits in split order
+//   (deterministic), writes out and stores the counter's 0 back (persistent
+//   counters, no memset per call: decode_split_counters.h): one launch, no
+//   combine kernel, no memset node.
 // * Prefill mode (grid B x H_kv x row tiles, launched only when
 //   max_query_len > 1): FlashAttention-2 tiles, 64 rows per CTA (16 per
 //   warp), every warp against all 64 tokens of a tile, KV range [0, causal
@@ -50,11 +52,12 @@
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
 //   16-token halves.
 // * Registers (ptxas, 128 threads, no spills; sm_90a / sm_80): decode D
-//   64/128/256: 96/164/249 / 96/168/251; prefill 131/245/226 /
-//   131/244/228. Shared memory: decode 34/68/136 KB,
-//   prefill 40/80/96 KB -> decode D = 128: 3 CTAs per SM. Decode D = 256
-//   needs > 99 KB of shared memory, so it does not launch on sm_86/sm_89
-//   (fine on sm_80 / sm_90).
+//   64/128/256: 122/168/255 / 120/168/252 (__launch_bounds__ asks for 4 /
+//   3 / 1 CTAs per SM); prefill 168/243/229 / 163/247/229. Shared memory:
+//   decode 34/68/136 KB, prefill 40/80/96 KB -> decode D = 64: 4 CTAs per
+//   SM (registers), D = 128: 3 (shared memory and registers). Decode D =
+//   256 needs > 99 KB of shared memory, so it does not launch on
+//   sm_86/sm_89 (fine on sm_80 / sm_90).
 // Inputs the CPU op rejects by reading the index tensors (it checks them on
 // the host) cannot be checked here without a device->host copy; the kernels
 // clamp them so that they never read or write out of bounds (block ids
@@ -90,6 +93,22 @@
 //               ~40 KB 4.8 TB/s needs; 93-98% of the floor; target 93%)
 //   9/3 x 64, 1 x 512: 3.5-5 us (0.4 MB; 8 splits -> 24 CTAs of one tile,
 //               was 9 CTAs; latency bound; sdpa 6.5)
+// Measured (H200, same cases): 10.35 / 25.6 / 325.7 / 9.6 us, 77.8-80% of
+// the floor at >= 32 x 8k (benchmarks/NOTES.md section 10). Second redesign
+// (no memset node: self-resetting counters; the first tiles' table entries
+// read with seq_lens; one-pass merge; copies of 4 whole lines per
+// instruction, was 16 partial ones), prediction, same conditions:
+//   1 x 1024:   7.3-8.3 us (memset node 1-1.5, table trip 0.6-0.9, merge
+//               0.5-0.8 us less; 128 CTAs, 1 per SM; target 6 still missed)
+//   1 x 8192:   17-21 us (the same, the 43-split merge ~1 us, copies 1-3)
+//   32 x 8192:  275-290 us, 87-92% of the floor, IF the L1/LSU pipeline's
+//               cycle per cache line capped the old copies (~32 B/cycle/SM
+//               with ldmatrix on the same pipe vs ~18 needed); ~325 if not
+//   9/3 x 64, 1 x 512: 6.5-7.5 us (24 CTAs; memset, table trip, merge)
+// CTAs/SM: D 128 3 as before (68 KB shared memory each caps it whatever
+// the registers), 12 warps, ~96 KB in flight per SM (one 8 KB quarter tile
+// ahead per warp) against the ~40 KB that 4.3 TB/s x ~1.2 us needs; D 64
+// 4, was 5 (~64 KB in flight).
 // Prefill (compute bound, mma.sync m16n8k16, no wgmma): FA2-class, predicted
 // ~330-400 TFLOP/s causal at 8k on the H200, 45-55% of FA3; the 60% target
 // likely needs 128-row tiles or wgmma (not done).
@@ -106,6 +125,7 @@
 #include <cuda_fp16.h>
 
 #include "attention/attention_args.h"
+#include "attention/decode_split_counters.h"
 #include "cuda/mma_utils.cuh"
 #include "cuda/launch.cuh"
 #include "ops.h"
@@ -147,7 +167,7 @@ struct Params {
   int split_tokens;  // a multiple of kDecodeTileN
   float* part_o;     // [B, H_q, splits, D]
   float2* part_ml;   // [B, H_q, splits] (max, sum)
-  int* counters;     // [B, H_kv] splits finished, zeroed per call
+  int* counters;     // [B, H_kv] splits finished; 0 between launches
   bool skip_decode_rows;
 };
 
@@ -209,16 +229,74 @@ struct Config {
   static constexpr int kMergeBytes = kWarps * 16 * (D + 2) * 4;
   static_assert(!kDecode || kMergeBytes <= kStages * kKvStageBytes);
   static constexpr int kSmemBytes = kStages * kKvStageBytes + kQBytes;
+  // Resident CTAs per SM the registers must allow at decode D = 64 / 128
+  // (<= 128 / 168 registers). Unbounded, the one-pass merge and the
+  // shuffled copies took sm_90a to 120 / 192 registers; D = 128 keeps the
+  // 3 CTAs its shared memory allows, D = 64 drops from 5 to 4 (at 96
+  // registers, the old count, it spilled): 16 warps and ~64 KB in flight
+  // per SM, still above the ~40 KB the bandwidth needs.
+  static constexpr int kMinCtas = !kDecode ? 1 : D == 64 ? 4 : D == 128 ? 3 : 1;
 };
 
 template <typename T, int D, bool kDecode>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
     paged_attention_kernel(const Params p) {
   using C = Config<D, kDecode>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int b = blockIdx.x;
   const int h = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
+  // 8 lanes per token, lane j of a token taking chunks j, j + 8, ...: one
+  // copy instruction reads 4 tokens x 128 contiguous bytes, 4 whole cache
+  // lines (was 16 tokens x 32 bytes, 16 lines; if the L1/LSU pipeline
+  // takes a cycle per line, as assumed here and for ncu to confirm, that
+  // was ~256 cycles per 8 KB quarter, 32 bytes/cycle/SM, too close to the
+  // ~18 the H200's bandwidth needs with ldmatrix on the same pipeline).
+  // Lane i reads the block-table entry of the warp's token i % kCopyToks a
+  // tile ahead (table_ahead, a register) and the copies take it by shuffle,
+  // so a tile's copies never wait on a table read. (Read per copy, the
+  // table reads of a tile were serial round trips: the first H200 run.)
+  // Decode: a warp computes on the same tokens it copied, so the warps
+  // pipeline apart (__syncwarp, no CTA barrier per tile); prefill warps read
+  // the whole tile (__syncthreads).
+  constexpr int kCopyToks = C::kTileN / kWarps;
+  constexpr int kLanesPerTok = 8;
+  constexpr int kToksPerCopy = 32 / kLanesPerTok;
+  constexpr int kTokGroups = kCopyToks / kToksPerCopy;
+  constexpr int kChunkSteps = C::kChunksKV / kLanesPerTok;
+  static_assert(kTokGroups * kToksPerCopy == kCopyToks &&
+                kChunkSteps * kLanesPerTok == C::kChunksKV);
+  static_assert(!kDecode || kCopyToks == C::kWarpTokens);
+  const int entry_tok = warp * kCopyToks + lane % kCopyToks;
+  const int copy_lane = lane % kLanesPerTok;
+  const int copy_sub = lane / kLanesPerTok;
+  const int* table = p.table + int64_t(b) * p.table_s0;
+  // Token pos's (physical block, offset); phys -1 at or past `bound`.
+  auto table_entry = [&](int pos, int bound, int& phys, int& off) {
+    phys = -1;
+    off = 0;
+    if (pos < bound) {
+      const int blk =
+          p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
+      off = pos - blk * p.block_size;
+      phys = __ldg(table + blk);
+    }
+  };
+  // The first two tiles' entries are read before the sequence's lengths:
+  // their positions depend only on the split (decode; prefill starts at 0)
+  // and the table's width bounds them, so the table read and the qsl /
+  // seq_lens reads make one round trip, not two in a row (at batch 1 the
+  // kernel is a latency chain). Entries past the CTA's range are dropped
+  // once kv_end is known.
+  const int kv_begin0 = kDecode ? int(blockIdx.z) * p.split_tokens : 0;
+  const int table_tokens = p.max_blocks_per_seq * p.block_size;
+  int phys0, off0, next_phys, next_off;  // tile 0; tile t + 1 in the loop
+  table_entry(kv_begin0 + entry_tok, table_tokens, phys0, off0);
+  table_entry(kv_begin0 + C::kTileN + entry_tok, table_tokens, next_phys,
+              next_off);
+
   const SeqInfo s = seq_info(p, b);
   const int G = p.group;
 
@@ -229,7 +307,7 @@ __global__ void __launch_bounds__(kThreads)
     if (s.q_len != 1) return;
     row0 = 0;
     rows_total = G;
-    kv_begin = blockIdx.z * p.split_tokens;
+    kv_begin = kv_begin0;
     if (kv_begin >= s.seq_len) return;
     kv_end = blockIdx.z == p.splits - 1
                  ? s.seq_len
@@ -241,10 +319,12 @@ __global__ void __launch_bounds__(kThreads)
     rows_total = s.q_len * G;
     if (row0 >= rows_total) return;
     const int last_row = min(row0 + C::kRows, rows_total) - 1;
-    kv_begin = 0;
+    kv_begin = kv_begin0;
     kv_end = s.seq_len - s.q_len + last_row / G + 1;
   }
   const int ctx0 = s.seq_len - s.q_len;
+  if (kv_begin + entry_tok >= kv_end) phys0 = -1;  // zero fill
+  if (kv_begin + C::kTileN + entry_tok >= kv_end) next_phys = -1;
 
   unsigned char* kv_smem = smem;
   unsigned char* q_smem = smem + kStages * C::kKvStageBytes;
@@ -269,66 +349,41 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const T* cache = static_cast<const T*>(p.cache);
-  const int* table = p.table + int64_t(b) * p.table_s0;
   // This thread's two rows in its warp's m16 tile: lane / 4 and lane / 4 + 8.
   const int warp_row0 = kDecode ? 0 : warp * 16;
   const int warp_tok0 = kDecode ? warp * C::kWarpTokens : 0;
-
-  // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
-  // kLanesPerTok lanes per token, lane j of a token taking chunks j, j +
-  // kLanesPerTok, ... (so the lanes of one copy instruction read whole
-  // 32-byte sectors: 2 or 4 adjacent chunks per token). Each lane reads its
-  // token's block-table entry a tile ahead (table_ahead, a register), so the
-  // copies of a tile never wait on a table read and need one address per
-  // lane. (Read per copy, the table reads of a tile were serial round trips:
-  // the first H200 run.) Decode: a warp computes on the same tokens it
-  // copied, so the warps pipeline apart (__syncwarp, no CTA barrier per
-  // tile); prefill warps read the whole tile (__syncthreads).
-  constexpr int kCopyToks = C::kTileN / kWarps;
-  constexpr int kLanesPerTok = 32 / kCopyToks;
-  constexpr int kCopies = C::kChunksKV / kLanesPerTok;
-  static_assert(kCopyToks * kLanesPerTok == 32 &&
-                kCopies * kLanesPerTok == C::kChunksKV);
-  static_assert(!kDecode || kCopyToks == C::kWarpTokens);
-  const int copy_tok = warp * kCopyToks + lane / kLanesPerTok;
-  const int copy_lane = lane % kLanesPerTok;
   auto table_ahead = [&](int t, int& phys, int& off) {
-    const int pos = kv_begin + t * C::kTileN + copy_tok;
-    phys = -1;
-    off = 0;
-    if (pos < kv_end) {
-      const int blk =
-          p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
-      off = pos - blk * p.block_size;
-      phys = __ldg(table + blk);
-    }
+    table_entry(kv_begin + t * C::kTileN + entry_tok, kv_end, phys, off);
   };
   auto load_tile = [&](int stage, int phys, int off) {
-    // Zero fill past kv_end (phys = -1) and for block ids outside
-    // [0, num_blocks); src stays a valid address then (nothing is read).
-    const bool valid = phys >= 0 && phys < p.num_blocks;
-    const T* src =
-        cache + copy_lane * 8 +
-        (valid ? ((int64_t(phys) * p.num_kv_heads + h) * p.block_size + off) *
-                     (2 * D)
-               : int64_t(0));
     const uint32_t dst0 = kv_base + stage * C::kKvStageBytes;
 #pragma unroll
-    for (int it = 0; it < kCopies; ++it) {
-      const int c = it * kLanesPerTok + copy_lane;
-      cp_async_16(dst0 + swizzled<C::kChunksKV>(copy_tok, c),
-                  src + it * kLanesPerTok * 8, valid);
+    for (int gi = 0; gi < kTokGroups; ++gi) {
+      // Token tok of the warp's range; lane `held` holds its table entry.
+      const int held = gi * kToksPerCopy + copy_sub;
+      const int tok = warp * kCopyToks + held;
+      const int tphys = __shfl_sync(0xffffffffu, phys, held);
+      const int toff = __shfl_sync(0xffffffffu, off, held);
+      // Zero fill past kv_end (phys = -1) and for block ids outside
+      // [0, num_blocks); src stays a valid address then (nothing is read).
+      const bool valid = tphys >= 0 && tphys < p.num_blocks;
+      const T* src =
+          cache + copy_lane * 8 +
+          (valid
+               ? ((int64_t(tphys) * p.num_kv_heads + h) * p.block_size + toff) *
+                     (2 * D)
+               : int64_t(0));
+#pragma unroll
+      for (int it = 0; it < kChunkSteps; ++it) {
+        const int c = it * kLanesPerTok + copy_lane;
+        cp_async_16(dst0 + swizzled<C::kChunksKV>(tok, c),
+                    src + it * kLanesPerTok * 8, valid);
+      }
     }
   };
 
   const int n_tiles = (kv_end - kv_begin + C::kTileN - 1) / C::kTileN;
-  int next_phys = -1, next_off = 0;  // table entry of tile t + 1
-  {
-    int phys0, off0;
-    table_ahead(0, phys0, off0);
-    if (n_tiles > 1) table_ahead(1, next_phys, next_off);
-    load_tile(0, phys0, off0);
-  }
+  load_tile(0, phys0, off0);
   cp_async_commit();  // group 0: Q and tile 0
 
   int lim[2];  // last KV position (inclusive) each row may see
@@ -557,60 +612,61 @@ __global__ void __launch_bounds__(kThreads)
     // Release: this CTA's partials are visible device-wide before its count
     // (the threadFenceReduction pattern); the last CTA reads them through L2
     // (__ldcg) and sums in split order, so the result does not depend on
-    // which CTA came last. The counters are zeroed per call (host side).
+    // which CTA came last. The last one also stores the counter's 0 back:
+    // every split of (b, h) has counted by then, and the next launch that
+    // uses the counter starts after this one ends (decode_split_counters.h).
     __shared__ int last_split;
     __threadfence();
     __syncthreads();
     if (tid == 0) {
-      last_split =
-          atomicAdd(p.counters + int64_t(b) * p.num_kv_heads + h, 1) == n - 1;
+      int* counter = p.counters + int64_t(b) * p.num_kv_heads + h;
+      last_split = atomicAdd(counter, 1) == n - 1;
+      if (last_split) *counter = 0;
     }
     __syncthreads();
     if (!last_split) return;
     __threadfence();
-    // Scratch over the stages (every thread is past the merge above):
-    // coef[r][k] (first the split's max), sum_k[r][k], inv_l[r].
-    float* coef = reinterpret_cast<float*>(kv_smem);
-    float* sum_k = coef + G * n;
-    float* inv_l = sum_k + G * n;
-    for (int i = tid; i < G * n; i += kThreads) {
-      const int r = i / n, k = i - r * n;
-      const float2 ml = __ldcg(p.part_ml + (part_row0 + r) * p.splits + k);
-      coef[i] = ml.x;
-      sum_k[i] = ml.y;
-    }
-    __syncthreads();
-    if (tid < G) {
-      float mx = -INFINITY;
-      for (int k = 0; k < n; ++k) mx = fmaxf(mx, coef[tid * n + k]);
-      float sum = 0.f;
-      for (int k = 0; k < n; ++k) {
-        const float mk = coef[tid * n + k];
-        const float c = mk == -INFINITY ? 0.f : fast_exp2(mk - mx);
-        coef[tid * n + k] = c;
-        sum += sum_k[tid * n + k] * c;
-      }
-      inv_l[tid] = sum > 0.f ? 1.f / sum : 0.f;
-    }
-    __syncthreads();
-    // One float4 of one row per thread; the n loads are independent
-    // (unrolled, so several are in flight at once).
+    // One pass, one float4 of one row per thread: each thread walks the
+    // row's splits in split order with a running max (online softmax), so
+    // the (m, l) and partial loads of up to 16 splits are in flight at once
+    // (unrolled; they do not depend on the sums) and no thread waits on a
+    // barrier or on another thread's coefficients: one L2 round trip per 16
+    // splits. (Before: the (m, l) loads, a barrier, G threads walking all
+    // splits' exponentials in turn, a barrier, then the partial loads.)
+    // Same fixed order every launch: deterministic. D = 64 takes 8 splits
+    // per batch: 16 raised its registers from 96 to 128 (5 -> 4 CTAs/SM).
     constexpr int kQuads = D / 4;
+    constexpr int kBatch = D == 64 ? 8 : 16;
     for (int idx = tid; idx < G * kQuads; idx += kThreads) {
       const int r = idx / kQuads, d = (idx % kQuads) * 4;
-      const float4* src = reinterpret_cast<const float4*>(
-          p.part_o + (part_row0 + r) * p.splits * D + d);
-      const float* c = coef + r * n;
+      const int64_t prow = (part_row0 + r) * p.splits;
+      const float4* src =
+          reinterpret_cast<const float4*>(p.part_o + prow * D + d);
+      float mx = -INFINITY, sum = 0.f;
       float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 16
-      for (int k = 0; k < n; ++k) {
-        const float4 v = __ldcg(src + k * kQuads);
-        o.x += c[k] * v.x;
-        o.y += c[k] * v.y;
-        o.z += c[k] * v.z;
-        o.w += c[k] * v.w;
+      for (int k0 = 0; k0 < n; k0 += kBatch) {
+#pragma unroll
+        for (int kk = 0; kk < kBatch; ++kk) {
+          // Past the last split: split n - 1 reloaded at weight 0, so the
+          // batch's loads have no branch between them.
+          const int k = k0 + kk;
+          const int kc = min(k, n - 1);
+          const float2 ml = __ldcg(p.part_ml + prow + kc);
+          const float4 v = __ldcg(src + kc * kQuads);
+          const float mk = k < n ? ml.x : -INFINITY;
+          const float m_new = fmaxf(mx, mk);
+          // Splits with nothing seen (m = -inf) weigh 0, never exp2(nan).
+          const float c_old = mx == -INFINITY ? 0.f : fast_exp2(mx - m_new);
+          const float c_k = mk == -INFINITY ? 0.f : fast_exp2(mk - m_new);
+          mx = m_new;
+          sum = sum * c_old + ml.y * c_k;
+          o.x = o.x * c_old + v.x * c_k;
+          o.y = o.y * c_old + v.y * c_k;
+          o.z = o.z * c_old + v.z * c_k;
+          o.w = o.w * c_old + v.w * c_k;
+        }
       }
-      const float inv = inv_l[r];
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
       uint32_t* dst = reinterpret_cast<uint32_t*>(
           out + int64_t(s.q0) * p.out_s0 + int64_t(hq0 + r) * p.out_s1 + d);
       dst[0] = pack2<T>(o.x * inv, o.y * inv);
@@ -685,7 +741,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
   const int64_t g = sh.num_heads / sh.num_kv_heads;
   const bool decode_kernel = g <= kDecodeMaxGroup;
   p.skip_decode_rows = decode_kernel;
-  at::Tensor part_o, part_ml, counters;
+  at::Tensor part_o, part_ml;
   if (decode_kernel) {
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     const int64_t slots = int64_t(sms) * decode_ctas_per_sm<T, D>();
@@ -702,15 +758,11 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
                          query.options().dtype(at::kFloat));
       part_ml = at::empty({sh.num_seqs * sh.num_heads * splits * 2},
                           query.options().dtype(at::kFloat));
-      // Zeroed by a memset on the stream (a memset node under graph
-      // capture): no host sync.
-      counters = at::empty({sh.num_seqs * sh.num_kv_heads},
-                           query.options().dtype(at::kInt));
-      C10_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr<int>(), 0,
-                                     counters.numel() * sizeof(int), stream));
       p.part_o = part_o.data_ptr<float>();
       p.part_ml = reinterpret_cast<float2*>(part_ml.data_ptr<float>());
-      p.counters = counters.data_ptr<int>();
+      // Zero before the launch and left zero by it: no memset (node).
+      p.counters = attention::decode_split_counters(
+          stream, sh.num_seqs * sh.num_kv_heads);
     }
     prepare_kernel<T, D, true>();
     const dim3 grid(unsigned(sh.num_seqs), unsigned(sh.num_kv_heads),

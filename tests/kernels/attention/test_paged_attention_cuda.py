@@ -4,8 +4,10 @@ the device-parametrized tests in test_paged_attention.py do not reach:
 
 - the decode kernel's context splits (flash-decoding) and their merge by
   the last split to finish, from one split (many sequences) to the most (one
-  long sequence); the merge bit-for-bit deterministic, its counters zeroed
-  on every call and graph replay;
+  long sequence); the merge bit-for-bit deterministic; its persistent
+  counters (no memset per call) left zero by every launch: calls of other
+  shapes in between, growth of the counter region, two streams at once,
+  eager calls between graph replays;
 - the block table read a tile ahead: block sizes 1, 7 and 128;
 - G = H_q / H_kv > 16: decode rows go through the prefill kernel;
 - query / out views the kernels cannot read or write directly (odd strides,
@@ -57,15 +59,43 @@ def test_decode_splits(device: str, lengths: list) -> None:
         assert_attention_close(batch)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("block_size", [1, 7, 128])
 @pytest.mark.parametrize("device", CUDA)
-def test_block_table_read_ahead(device: str, block_size: int) -> None:
+def test_block_table_read_ahead(device: str, block_size: int, head_dim: int) -> None:
     """The kernels read each tile's block-table entries a tile ahead, one
-    per token: block sizes below, across and above a 64-token tile, decode
-    rows of many splits and one, and prefill rows."""
+    per token, the first two tiles' before the sequence lengths (dropped
+    past the CTA's range), and hand them to the 8 lanes that copy a token
+    by shuffle: block sizes below, across and above a 64-token tile, every
+    head dim (2, 4 or 8 copies per token; prefill D = 256 has 32-token
+    tiles), decode rows of many splits and one, and prefill rows."""
     lengths = [(1, 2000), (1, 64), (1, 65), (1, 1), (37, 300), (3, 129)]
     batch = make_batch(
-        lengths, 8, 2, 128, block_size, torch.bfloat16, device=device, seed=5
+        lengths, 8, 2, head_dim, block_size, torch.bfloat16, device=device, seed=5
+    )
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_decode_merge_extreme_logits(device: str) -> None:
+    """The merge walks the splits with a running max: splits whose maxima
+    differ by thousands (scale 50, |q.k| up to ~1e5), more splits than one
+    unrolled batch of loads (16; MQA 1 x 6000 takes 64 splits), and splits
+    that fill fewer than the longest sequence's: finite and right."""
+    lengths = [(1, 6000), (1, 1100), (1, 70)]
+    batch = make_batch(
+        lengths,
+        8,
+        1,
+        128,
+        16,
+        torch.float16,
+        device=device,
+        scale=50.0,
+        q_std=8.0,
+        kv_std=8.0,
+        seed=13,
     )
     _run(batch)
     assert_attention_close(batch)
@@ -92,7 +122,7 @@ def test_decode_split_merge_is_deterministic(device: str) -> None:
 @pytest.mark.parametrize("device", CUDA)
 def test_cuda_graph_replays_repeat(device: str) -> None:
     """Replayed several times: the split counters of the fused merge are
-    zeroed inside the graph, not only at capture."""
+    left zero by every replay (no memset node in the graph)."""
     lengths = [(1, 5000), (1, 40), (1, 900)]
     batch = make_batch(lengths, 9, 3, 64, 16, torch.float16, device=device, seed=9)
     graph = contract.capture_without_host_sync(lambda: _run(batch), device)
@@ -102,6 +132,91 @@ def test_cuda_graph_replays_repeat(device: str) -> None:
         graph.replay()
         torch.cuda.synchronize(device)
         assert_attention_close(batch, expected)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_split_counters_persist_across_shapes(device: str) -> None:
+    """The split counters are not zeroed per call: the last split of each
+    (sequence, kv head) stores 0 back. Calls with other split counts and
+    sequence counts in between (a counter used with many splits, then few,
+    then one), and a batch of more (sequence, kv head) pairs than the first
+    counter region holds (1024): each result must still be right."""
+    shapes = [
+        ([(1, 9000), (1, 150)], (32, 8), 128),
+        ([(1, 160)] * 3, (32, 8), 128),
+        # 1200 pairs, above the first region's 1024; ~3.03 waves of the
+        # H200's 396 decode slots in one split, so it takes several.
+        ([(1, 1000)] * 150, (16, 8), 128),
+        ([(1, 9000), (1, 150)], (32, 8), 128),
+        ([(1, 700)] * 4, (9, 3), 64),
+    ]
+    for seed, (lengths, heads, d) in enumerate(shapes):
+        batch = make_batch(
+            lengths, *heads, d, 16, torch.bfloat16, device=device, seed=seed
+        )
+        _run(batch)
+        assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_split_counters_two_streams(device: str) -> None:
+    """Two streams run decode calls with many splits at the same time: each
+    stream has its own counters, so neither sees the other's counts."""
+    batches = [
+        make_batch(
+            [(1, 6000), (1, 3000)],
+            32,
+            8,
+            128,
+            16,
+            torch.bfloat16,
+            device=device,
+            seed=s,
+        )
+        for s in (11, 12)
+    ]
+    expected = [b.expected() for b in batches]
+    streams = [torch.cuda.Stream(device) for _ in batches]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream(device))
+    for _ in range(5):
+        for batch, stream in zip(batches, streams):
+            with torch.cuda.stream(stream):
+                batch.out.fill_(float("nan"))
+                _run(batch)
+        for batch, stream, exp in zip(batches, streams, expected):
+            stream.synchronize()
+            assert_attention_close(batch, exp)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_cuda_graph_replays_between_eager_calls(device: str) -> None:
+    """A captured graph keeps its own counters: eager calls of other shapes
+    on the same stream between its replays, and a second graph, do not
+    disturb it (nor it them)."""
+    graph_batch = make_batch(
+        [(1, 5000), (1, 64)], 32, 8, 128, 16, torch.bfloat16, device=device, seed=7
+    )
+    graph = contract.capture_without_host_sync(lambda: _run(graph_batch), device)
+    other = make_batch(
+        [(1, 3000)] * 3, 9, 3, 64, 16, torch.float16, device=device, seed=8
+    )
+    graph2 = contract.capture_without_host_sync(lambda: _run(other), device)
+    eager = make_batch(
+        [(1, 12000), (1, 900)], 32, 8, 128, 16, torch.bfloat16, device=device
+    )
+    graph_expected = graph_batch.expected()
+    other_expected = other.expected()
+    for _ in range(3):
+        graph_batch.out.fill_(float("nan"))
+        graph.replay()
+        _run(eager)
+        other.out.fill_(float("nan"))
+        graph2.replay()
+        torch.cuda.synchronize(device)
+        assert_attention_close(graph_batch, graph_expected)
+        assert_attention_close(other, other_expected)
+        assert_attention_close(eager)
 
 
 @pytest.mark.parametrize("heads", [(32, 1), (64, 2), (17, 1)])

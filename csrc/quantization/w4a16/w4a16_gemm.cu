@@ -654,10 +654,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // not per tile), streams them through its cp.async ring as
 // w4a16_decode_kernel does, and loads a tile's activation fragments while
 // its copies land (8 registers per octet; only rows that exist are loaded).
-// Ring slots per warp ("swap"; one less for group 32, whose second raw group
-// per slot would spill; "swap3" is the 3-slot build, for comparison) and
-// resident blocks per SM it is compiled for (128 registers).
-constexpr int kSwapStages = 5;
+// Ring slots per warp and resident blocks per SM the swap kernel is compiled
+// for (128 registers). 3 slots beat 5 (4 for group 32) at every M <= 8 case
+// on the H200, e.g. 33.7 vs 35.9 us at 28672x4096, M = 1 (NOTES §8).
+constexpr int kSwapStages = 3;
 constexpr int kSwapBlocksPerSm = 4;
 // Largest M the swap kernel takes under "auto". A block is one token octet:
 // a 2-octet build (205 registers, 2 blocks per SM) took 72.4 us at
@@ -985,11 +985,11 @@ __global__ void __launch_bounds__(kDequantThreads)
 
 // VLLM_MYOPS_W4A16_CUDA_PATH (read once) forces one path at every M, so the
 // tests cover each and the benchmark can compare them: "swap"
-// (w4a16_swap_kernel; "swap3": its 3-slot build), "ring" (w4a16_decode_kernel,
+// (w4a16_swap_kernel), "ring" (w4a16_decode_kernel,
 // M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel)
 // or "dequant" (dequant + cuBLAS); unset or "auto" chooses by M (kRingMaxM,
 // kDequantMinM).
-enum class CudaPath { kAuto, kSwap, kSwap3, kRing, kRing4, kMma, kDequant };
+enum class CudaPath { kAuto, kSwap, kRing, kRing4, kMma, kDequant };
 
 // One tensor-core kernel as run_gemm launches it.
 struct GemmKernel {
@@ -1030,15 +1030,11 @@ GemmKernel gemm_kernel_for(CudaPath path, int group_rows) {
     case CudaPath::kMma:
       return gemm_kernel<w4a16_mma_kernel<T, kMaxMTiles>>(
           16 * kMaxMTiles, kStagesFor<kMaxMTiles>);
-    case CudaPath::kSwap3:
-      return two_groups ? gemm_kernel<w4a16_swap_kernel<T, 3, true>>(8, 3)
-                        : gemm_kernel<w4a16_swap_kernel<T, 3, false>>(8, 3);
     default:  // kSwap
-      return two_groups
-                 ? gemm_kernel<w4a16_swap_kernel<T, kSwapStages - 1, true>>(
-                       8, kSwapStages - 1)
-                 : gemm_kernel<w4a16_swap_kernel<T, kSwapStages, false>>(
-                       8, kSwapStages);
+      return two_groups ? gemm_kernel<w4a16_swap_kernel<T, kSwapStages, true>>(
+                              8, kSwapStages)
+                        : gemm_kernel<w4a16_swap_kernel<T, kSwapStages, false>>(
+                              8, kSwapStages);
   }
 }
 
@@ -1142,14 +1138,13 @@ CudaPath forced_cuda_path() {
     const std::string v = env ? env : "";
     if (v.empty() || v == "auto") return CudaPath::kAuto;
     if (v == "swap") return CudaPath::kSwap;
-    if (v == "swap3") return CudaPath::kSwap3;
     if (v == "ring") return CudaPath::kRing;
     if (v == "ring4") return CudaPath::kRing4;
     if (v == "mma") return CudaPath::kMma;
     if (v == "dequant") return CudaPath::kDequant;
     TORCH_CHECK(false,
-                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, swap, swap3, ring, "
-                "ring4, mma or dequant, got '",
+                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, swap, ring, ring4, "
+                "mma or dequant, got '",
                 v, "'");
     return CudaPath::kAuto;
   }();

@@ -507,12 +507,11 @@ needs_cuda = pytest.mark.skipif(
 
 @needs_cuda
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["swap", "swap3", "ring", "ring4", "mma", "dequant"])
+@pytest.mark.parametrize("path", ["swap", "ring", "ring4", "mma", "dequant"])
 def test_cuda_paths(path: str, tmp_path: Path) -> None:
     """swap: the swap-AB kernel (codes as the mma's A operand, scales and
-    zeros applied per group to fp32 sums) at every M, in token blocks of 8
-    (swap3: its 3-slot build); ring: the cp.async-ring kernel at every M (M
-    tiles of 16; ring4: its
+    zeros applied per group to fp32 sums) at every M, in token blocks of 8;
+    ring: the cp.async-ring kernel at every M (M tiles of 16; ring4: its
     build for 4 blocks per SM, <= 128 registers); mma: the
     register-ring kernel (M tiles of 32) at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included. The default run covers each path only

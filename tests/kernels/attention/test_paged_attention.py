@@ -570,7 +570,9 @@ def test_torch_compile_fullgraph(device: str) -> None:
         ops.paged_attention(
             out, query * 1.0, cache, qsl, seq_lens, table, 0.125, 64, 256
         )
-        return out.float().sum(-1)
+        # Elementwise, not a reduction: inductor may sum in another order
+        # than ATen (an ulp apart on the H200), which is not the op's doing.
+        return out.float() * 2.0
 
     def make_args(n: int) -> tuple[Any, ...]:
         lengths = [(1, 30 + n), (n, n + 10)]

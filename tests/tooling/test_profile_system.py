@@ -95,6 +95,25 @@ def test_gpu_trace_steps_launches_and_gaps():
     assert "decode: 2 steps" in text and "ours RMSNorm" in text
 
 
+def test_copy_only_range_is_merged_into_the_forward_before_it():
+    """vLLM 0.24 on CUDA: a forward's step() range, then a range holding only
+    its sampled tokens' device-to-host copy; one decode step, not two."""
+    dec = system.step_name(0, 0, 1, 1)
+    events = []
+    for t in (0, 1000):
+        events += [
+            _x(dec, t, 700, "gpu_user_annotation"),
+            _x("nvjet_gemm", t + 10, 600),
+            _x(dec, t + 800, 10, "gpu_user_annotation"),
+            _x("Memcpy DtoH", t + 802, 4, "gpu_memcpy"),
+        ]
+    d = system.analyze(events)["kinds"]["decode"]
+    assert d["steps"] == 2 and d["launches_per_step"] == 2
+    assert d["wall_us"] == 710 and d["busy_us"] == 604
+    assert d["families"]["gemm"]["us_per_step"] == 600
+    assert d["families"]["memcpy"]["us_per_step"] == 4
+
+
 class TinyLM(torch.nn.Module):
     def __init__(self, h: int = 64, layers: int = 2) -> None:
         super().__init__()

@@ -161,6 +161,33 @@ def _steps_by_launch(
     ]
 
 
+def _merge_copy_tails(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A step range whose GPU work is only copies is the tail of the forward
+    before it: on CUDA, vLLM 0.24's engine returns a forward's sampled tokens
+    from the next step() call, whose only GPU work is their device-to-host
+    copy (an H200 trace alternates ~7 ms / 441-launch and ~4 us / 2-launch
+    ranges). Counted apart, every per-step figure came out halved."""
+    merged: list[dict[str, Any]] = []
+    for st in steps:
+        only_copies = st["launches"] > 0 and all(
+            v["launches"] == 0 for f, v in st["families"].items() if f != "memcpy"
+        )
+        if not (merged and only_copies):
+            merged.append(st)
+            continue
+        prev = merged[-1]
+        for key in ("wall_us", "busy_us", "idle_us", "launches", "gaps"):
+            prev[key] += st[key]
+        for f, v in st["families"].items():
+            prev["families"][f]["us"] += v["us"]
+            prev["families"][f]["launches"] += v["launches"]
+        for k, v in st["by_name"].items():
+            prev["by_name"][k] = prev["by_name"].get(k, 0.0) + v
+        if prev["kind"] in (None, "empty") and st["kind"] not in (None, "empty"):
+            prev["name"], prev["kind"] = st["name"], st["kind"]
+    return merged
+
+
 def analyze(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Per step (every annotated step, prefill and decode) and per kind:
     family time, launches, busy/idle time and gaps between kernels."""
@@ -206,6 +233,8 @@ def analyze(events: list[dict[str, Any]]) -> dict[str, Any]:
                 "by_name": by_name,
             }
         )
+    if gpu:
+        steps = _merge_copy_tails(steps)
     kinds = {}
     for kind in ("prefill", "decode", "mixed", "empty"):
         ss = [s for s in steps if s["kind"] == kind]

@@ -46,7 +46,7 @@
 #             default mode (torch.compile + CUDA graphs), decode at concurrency 1 and 64,
 #             --provider myops then --provider native (one vLLM start each), 4 GiB KV cache,
 #             max-model-len 512 (more arguments: SYSTEM_ARGS="...") -> system.log (the
-#             side-by-side table, also printed) + system.tar.gz (tables, JSON, PNGs; the
+#             side-by-side table, also printed) + system.tar.gz (tables, JSON, PNG plots; the
 #             Chrome traces only when the archive stays under 5 MB)
 #
 # vLLM serving, in four consecutive calls on a fresh machine (one carried part each;

@@ -54,6 +54,9 @@
 #   bash tools/gpu/device_session.sh build        carry [".carry/serve/p1"]
 #   bash tools/gpu/device_session.sh build        carry [".carry/serve/p2"]  (and so on)
 #   bash tools/gpu/device_session.sh vllm_up      carry [".carry/serve/pN"]  (the last part)
+# Only this script stores a carried part (before its first stage): a call that carries
+# a part but runs some other command first loses that part (the working tree's copy
+# is replaced at the next call). Other commands may follow it in the same call.
 #
 # Before any stage, carried parts (.carry/pN, made by tools/gpu/prepare_device_carry.sh)
 # found in the working tree are copied to /tmp/myops-carry/ and every bundle whose

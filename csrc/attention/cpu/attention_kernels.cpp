@@ -20,7 +20,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "attention/attention_args.h"
@@ -42,6 +44,54 @@ AttentionItemFn item_fn() {
   static const PerIsa<AttentionItemFn> table =
       MYOPS_PER_ISA_TABLE(attention_item);
   return table.get(cpu_isa());
+}
+
+// VLLM_MYOPS_ATTENTION_CPU_PV (read once): "fp32" or "bf16_dot" forces
+// that p . V path (attention_kernels_isa.h), so tests and A/B runs can cover
+// each; unset or "auto" chooses. A forced path this process cannot run is an
+// error, never a silent fallback.
+PvPath pv_path() {
+  static const PvPath path = [] {
+    const char* env = std::getenv("VLLM_MYOPS_ATTENTION_CPU_PV");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return PvPath::kAuto;
+    if (v == "fp32") return PvPath::kFp32;
+    if (v == "bf16_dot") {
+      TORCH_CHECK(
+          cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16"),
+          "VLLM_MYOPS_ATTENTION_CPU_PV=bf16_dot needs the avx512 ISA ",
+          "and AVX512-BF16; this process runs ", cpu_isa_name(cpu_isa()));
+      return PvPath::kBf16Dot;
+    }
+    TORCH_CHECK(false,
+                "VLLM_MYOPS_ATTENTION_CPU_PV must be auto, fp32 or bf16_dot, "
+                "got '",
+                v, "'");
+    return PvPath::kAuto;
+  }();
+  return path;
+}
+
+// VLLM_MYOPS_ATTENTION_CPU_QK (read once): "bf16_dot" forces the
+// vdpbf16ps q . k (attention_kernels_isa.h); unset or "auto" chooses.
+QkPath qk_path() {
+  static const QkPath path = [] {
+    const char* env = std::getenv("VLLM_MYOPS_ATTENTION_CPU_QK");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return QkPath::kAuto;
+    if (v == "bf16_dot") {
+      TORCH_CHECK(
+          cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16"),
+          "VLLM_MYOPS_ATTENTION_CPU_QK=bf16_dot needs the avx512 ISA ",
+          "and AVX512-BF16; this process runs ", cpu_isa_name(cpu_isa()));
+      return QkPath::kBf16Dot;
+    }
+    TORCH_CHECK(false,
+                "VLLM_MYOPS_ATTENTION_CPU_QK must be auto or bf16_dot, got '",
+                v, "'");
+    return QkPath::kAuto;
+  }();
+  return path;
 }
 
 struct Item {
@@ -180,6 +230,8 @@ void paged_attention_cpu(at::Tensor& out, const at::Tensor& query,
   p.block_size = s.block_size;
   p.scale = float(scale);
   p.dtype = checks::to_dtype(query.scalar_type());
+  p.qk_path = cpu::qk_path();
+  p.pv_path = cpu::pv_path();
 
   const int64_t g = s.num_heads / s.num_kv_heads;
   const int64_t rows_per_item = std::max<int64_t>(1, cpu::kRowsPerItem / g);

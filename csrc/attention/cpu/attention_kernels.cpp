@@ -20,14 +20,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "attention/attention_args.h"
 #include "attention/cpu/attention_kernels_isa.h"
 #include "core/checks.h"
+#include "core/env_choice.h"
 #include "cpu/isa.h"
 #include "ops.h"
 
@@ -46,28 +45,24 @@ AttentionItemFn item_fn() {
   return table.get(cpu_isa());
 }
 
+// The vdpbf16ps paths run where the avx512 ISA runs on AVX512-BF16.
+bool can_run_bf16_dot() {
+  return cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+}
+
 // VLLM_MYOPS_ATTENTION_CPU_PV (read once): "fp32" or "bf16_dot" forces
 // that p . V path (attention_kernels_isa.h), so tests and A/B runs can cover
 // each; unset or "auto" chooses. A forced path this process cannot run is an
 // error, never a silent fallback.
 PvPath pv_path() {
   static const PvPath path = [] {
-    const char* env = std::getenv("VLLM_MYOPS_ATTENTION_CPU_PV");
-    const std::string v = env ? env : "";
-    if (v.empty() || v == "auto") return PvPath::kAuto;
-    if (v == "fp32") return PvPath::kFp32;
-    if (v == "bf16_dot") {
-      TORCH_CHECK(
-          cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16"),
-          "VLLM_MYOPS_ATTENTION_CPU_PV=bf16_dot needs the avx512 ISA ",
-          "and AVX512-BF16; this process runs ", cpu_isa_name(cpu_isa()));
-      return PvPath::kBf16Dot;
-    }
-    TORCH_CHECK(false,
-                "VLLM_MYOPS_ATTENTION_CPU_PV must be auto, fp32 or bf16_dot, "
-                "got '",
-                v, "'");
-    return PvPath::kAuto;
+    const PvPath p =
+        env::choice("VLLM_MYOPS_ATTENTION_CPU_PV", PvPath::kAuto,
+                    {{"fp32", PvPath::kFp32}, {"bf16_dot", PvPath::kBf16Dot}});
+    TORCH_CHECK(p != PvPath::kBf16Dot || can_run_bf16_dot(),
+                "VLLM_MYOPS_ATTENTION_CPU_PV=bf16_dot needs the avx512 ISA ",
+                "and AVX512-BF16; this process runs ", cpu_isa_name(cpu_isa()));
+    return p;
   }();
   return path;
 }
@@ -76,20 +71,12 @@ PvPath pv_path() {
 // vdpbf16ps q . k (attention_kernels_isa.h); unset or "auto" chooses.
 QkPath qk_path() {
   static const QkPath path = [] {
-    const char* env = std::getenv("VLLM_MYOPS_ATTENTION_CPU_QK");
-    const std::string v = env ? env : "";
-    if (v.empty() || v == "auto") return QkPath::kAuto;
-    if (v == "bf16_dot") {
-      TORCH_CHECK(
-          cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16"),
-          "VLLM_MYOPS_ATTENTION_CPU_QK=bf16_dot needs the avx512 ISA ",
-          "and AVX512-BF16; this process runs ", cpu_isa_name(cpu_isa()));
-      return QkPath::kBf16Dot;
-    }
-    TORCH_CHECK(false,
-                "VLLM_MYOPS_ATTENTION_CPU_QK must be auto or bf16_dot, got '",
-                v, "'");
-    return QkPath::kAuto;
+    const QkPath q = env::choice("VLLM_MYOPS_ATTENTION_CPU_QK", QkPath::kAuto,
+                                 {{"bf16_dot", QkPath::kBf16Dot}});
+    TORCH_CHECK(q != QkPath::kBf16Dot || can_run_bf16_dot(),
+                "VLLM_MYOPS_ATTENTION_CPU_QK=bf16_dot needs the avx512 ISA ",
+                "and AVX512-BF16; this process runs ", cpu_isa_name(cpu_isa()));
+    return q;
   }();
   return path;
 }

@@ -50,9 +50,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
-#include <string>
 #include <type_traits>
 
 #include <ATen/ATen.h>
@@ -62,6 +60,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/env_choice.h"
 #include "cuda/dispatch_utils.cuh"
 #include "cuda/mma_utils.cuh"
 #include "ops.h"
@@ -1133,21 +1132,13 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 }
 
 CudaPath forced_cuda_path() {
-  static const CudaPath f = [] {
-    const char* env = std::getenv("VLLM_MYOPS_W4A16_CUDA_PATH");
-    const std::string v = env ? env : "";
-    if (v.empty() || v == "auto") return CudaPath::kAuto;
-    if (v == "swap") return CudaPath::kSwap;
-    if (v == "ring") return CudaPath::kRing;
-    if (v == "ring4") return CudaPath::kRing4;
-    if (v == "mma") return CudaPath::kMma;
-    if (v == "dequant") return CudaPath::kDequant;
-    TORCH_CHECK(false,
-                "VLLM_MYOPS_W4A16_CUDA_PATH must be auto, swap, ring, ring4, "
-                "mma or dequant, got '",
-                v, "'");
-    return CudaPath::kAuto;
-  }();
+  static const CudaPath f =
+      env::choice("VLLM_MYOPS_W4A16_CUDA_PATH", CudaPath::kAuto,
+                  {{"swap", CudaPath::kSwap},
+                   {"ring", CudaPath::kRing},
+                   {"ring4", CudaPath::kRing4},
+                   {"mma", CudaPath::kMma},
+                   {"dequant", CudaPath::kDequant}});
   return f;
 }
 

@@ -8,9 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -22,6 +20,7 @@
 #endif
 
 #include "core/checks.h"
+#include "core/env_choice.h"
 #include "cpu/isa.h"
 #include "ops.h"
 #include "quantization/w4a16/cpu/w4a16_kernels_isa.h"
@@ -86,19 +85,11 @@ bool amx_usable() {
 enum class Forced { kAuto, kAmx, kBf16, kFp32 };
 
 Forced forced_path() {
-  static const Forced f = [] {
-    const char* env = std::getenv("VLLM_MYOPS_W4A16_CPU_PATH");
-    const std::string v = env ? env : "";
-    if (v.empty() || v == "auto") return Forced::kAuto;
-    if (v == "amx") return Forced::kAmx;
-    if (v == "avx512_bf16") return Forced::kBf16;
-    if (v == "avx512") return Forced::kFp32;
-    TORCH_CHECK(false,
-                "VLLM_MYOPS_W4A16_CPU_PATH must be auto, amx, "
-                "avx512_bf16 or avx512, got '",
-                v, "'");
-    return Forced::kAuto;
-  }();
+  static const Forced f =
+      env::choice("VLLM_MYOPS_W4A16_CPU_PATH", Forced::kAuto,
+                  {{"amx", Forced::kAmx},
+                   {"avx512_bf16", Forced::kBf16},
+                   {"avx512", Forced::kFp32}});
   return f;
 }
 

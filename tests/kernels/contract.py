@@ -249,6 +249,18 @@ def current_cpu_isa() -> str:
     return isa_for_capability(torch.backends.cpu.get_cpu_capability())
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where it is missing)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def lower_cpu_isas() -> list[str]:
     """The built ISAs below the one this process runs."""
     current = current_cpu_isa()

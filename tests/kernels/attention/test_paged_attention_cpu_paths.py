@@ -72,21 +72,10 @@ def test_cpu_path_values(shape: tuple, block_size: int) -> None:
     assert_attention_close(batch)
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def _bf16_dot_unavailable() -> str | None:
     if contract.current_cpu_isa() != "avx512":
         return f"the CPU kernels run {contract.current_cpu_isa()}, not avx512"
-    if "avx512_bf16" not in _cpu_flags():
+    if "avx512_bf16" not in contract.cpu_flags():
         return "CPU without AVX512-BF16"
     return None
 

@@ -413,22 +413,11 @@ def test_cpu_isa_paths(isa: str, tmp_path: Path) -> None:
 CPU_PATH_ENV = "VLLM_MYOPS_W4A16_CPU_PATH"
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def _cpu_path_unavailable(path: str) -> str | None:
     """Why `path` cannot run in this process's ISA and CPU, or None."""
     if contract.current_cpu_isa() != "avx512":
         return f"the CPU kernels run {contract.current_cpu_isa()}, not avx512"
-    flags = _cpu_flags()
+    flags = contract.cpu_flags()
     if path in ("amx", "avx512_bf16") and "avx512_bf16" not in flags:
         return "CPU without AVX512-BF16"
     if path == "amx":

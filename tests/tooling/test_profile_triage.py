@@ -27,6 +27,7 @@ NO_BYTES = tr.Model(**CEIL)
 # row of branches.csv -> (model, path through the tree)
 BRANCHES = {
     "at_roof": (MEMORY, ["at_roof"]),
+    "model_exceeded": (MEMORY, ["model_exceeded"]),
     "at_roof_dram": (NO_BYTES, ["at_roof_dram"]),
     "extra_bytes_l2_miss": (MEMORY, ["memory_bound", "extra_bytes_l2_miss"]),
     "extra_bytes": (MEMORY, ["memory_bound", "extra_bytes"]),
@@ -386,3 +387,89 @@ def test_real_h200_layernorm_verdicts_by_row_count(h200_layernorm_verdicts):
         ]
         for op in ("rms_norm", "fused_add_rms_norm"):
             assert ours[f"{op} bf16 1024x{h}"]["path"][0] == "latency_bound"
+
+
+def _real_verdicts(
+    tmp_path, report: str, benchmark: str, ceiling: list[str], args: str
+):
+    out = tmp_path / f"{report}.json"
+    rc = cli.main([
+        "triage", str(DATA / f"{report}.csv"), "--log", str(DATA / f"{report}.log"),
+        "--benchmark", benchmark, *ceiling, "--json", str(out),
+        "--", "--device", "cpu", *args.split(),
+    ])  # fmt: skip
+    assert rc == 0
+
+    def short(kernel: str) -> str:  # "void ns::<unnamed>::name<T, ...>(...)" -> name
+        m = re.search(r"(\w+)<", kernel)
+        return m.group(1) if m else kernel
+
+    return [
+        (d["label"], short(d["kernel"]), d["rule"]) for d in json.loads(out.read_text())
+    ]
+
+
+# NOTES section 9, "Triage of the GEMM and attention kernels (H200)": the rule per
+# kernel of the recorded reports (swap-AB W4A16 GEMM, attention decode, prefill).
+H200_SWAP_RULES = [
+    ("floor bf16 sym g128 M=1 28672x4096", "vectorized_elementwise_kernel", "at_roof"),
+    ("ours bf16 sym g128 M=1 28672x4096", "w4a16_swap_kernel", "wait"),
+    ("floor bf16 sym g128 M=8 28672x4096", "vectorized_elementwise_kernel", "at_roof"),
+    ("ours bf16 sym g128 M=8 28672x4096", "w4a16_swap_kernel", "wait"),
+    ("floor bf16 sym g128 M=16 28672x4096", "vectorized_elementwise_kernel", "at_roof"),
+    ("ours bf16 sym g128 M=16 28672x4096", "w4a16_decode_kernel", "wait"),
+    ("floor bf16 sym g128 M=32 28672x4096", "vectorized_elementwise_kernel", "at_roof"),
+    ("ours bf16 sym g128 M=32 28672x4096", "w4a16_mma_kernel", "barrier"),
+    ("ours bf16 sym g128 M=32 28672x4096", "w4a16_splitk_reduce_kernel", "long_scoreboard"),
+]  # fmt: skip
+
+
+def test_real_h200_w4a16_swap_report_verdicts(tmp_path):
+    got = _real_verdicts(
+        tmp_path, "h200_w4a16_swap", "benchmarks.kernels.benchmark_w4a16",
+        ["--results", "benchmarks/results/baselines/h200/w4a16_bf16.json"],
+        "--m 1,8,16,32 --nk 28672x4096,4096x14336",
+    )  # fmt: skip
+    assert len(got) == 21
+    assert got[: len(H200_SWAP_RULES)] == H200_SWAP_RULES
+    swap = [g for g in got if g[1] == "w4a16_swap_kernel"]
+    # 4096x14336: few warps (22% occupancy) rather than wait at M = 1.
+    assert {g[2] for g in swap} <= {"wait", "few_warps"} and len(swap) == 4
+
+
+def test_real_h200_attention_decode_report_verdicts(tmp_path):
+    got = _real_verdicts(
+        tmp_path, "h200_attention_decode", "benchmarks.kernels.benchmark_attention",
+        ["--bandwidth-gbps", "4251"], "--kind decode --batch 1,32 --ctx 1024,8192",
+    )  # fmt: skip
+    ours = {label[5:]: rule for label, _, rule in got if label.startswith("ours ")}
+    assert ours == {
+        "bf16 decode 32/8x128 blk16 1x1024": "small_grid",
+        "bf16 decode 32/8x128 blk16 1x8192": "few_warps",
+        "bf16 decode 32/8x128 blk16 32x1024": "few_warps",
+        "bf16 decode 32/8x128 blk16 32x8192": "at_roof",
+        "bf16 decode 9/3x64 blk16 1x1024": "small_grid",
+        "bf16 decode 9/3x64 blk16 1x8192": "small_grid",
+        "bf16 decode 9/3x64 blk16 32x1024": "few_warps",
+        "bf16 decode 9/3x64 blk16 32x8192": "few_bytes_in_flight_warps",
+    }
+
+
+def test_real_h200_attention_prefill_report_floor_is_not_held_to_the_flops(tmp_path):
+    """A compute-bound case: the floor row (a copy of the case's bytes) is 10x
+    faster than the FLOPs roof, which the tree reports as a model that does not
+    describe that kernel instead of 'at the roof'; ours (the decode launch that
+    exits for a prefill-only batch, then the prefill kernel) is latency-bound."""
+    got = _real_verdicts(
+        tmp_path, "h200_attention_prefill", "benchmarks.kernels.benchmark_attention",
+        ["--bandwidth-gbps", "4277", "--tflops", "803"], "--kind prefill --batch 1 --ctx 2048",
+    )  # fmt: skip
+    rules = [(label.split()[0], rule) for label, _, rule in got]
+    assert rules == [
+        ("floor", "model_exceeded"),
+        ("ours", "few_warps"),
+        ("ours", "wait"),
+        ("floor", "model_exceeded"),
+        ("ours", "small_grid"),
+        ("ours", "wait"),
+    ]

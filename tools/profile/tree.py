@@ -108,6 +108,10 @@ def C(fact: str, op: str, value: float = 0.0) -> Cond:
 NEAR_ROOF_PCT = (
     95.0  # the project's floor targets are 97%; ncu's isolated runs cost a few %
 )
+# Faster than the model allows by more than ncu's noise and a ceiling measured a
+# few % low: the model is not this kernel's work (a stand-in such as the
+# benchmark's copy floor judged against a compute-bound case's FLOPs).
+MODEL_EXCEEDED_PCT = 130.0
 LATENCY_SOL_PCT = 60.0  # ncu's own rule: neither SOL above 60% -> latency issue
 EXTRA_BYTES = 1.25
 FULL_SECTORS = 4.0  # 4-byte lanes of a full warp: 128 B = 4 sectors per request
@@ -122,6 +126,15 @@ MATMUL_FLOPS_PER_BYTE = 30.0  # a GEMM-like op (tensor cores apply); RMSNorm is 
 
 RULES: tuple[Rule, ...] = (
     # ---- root: which bound -------------------------------------------------
+    Rule(
+        "model_exceeded",
+        "root",
+        (C("roof_pct", ">=", MODEL_EXCEEDED_PCT),),
+        "the op's model does not describe this kernel: its {bound} roof ({roof_us:.2f} us) is "
+        "{roof_pct:.0f}% of the kernel's {time_us:.2f} us",
+        "profile it with its own work (--bytes / --flops), or check the benchmark's bytes/FLOPs model",
+        "no kernel beats the roof of the work it does: this one does less than the op (a stand-in, a helper kernel) or the model counts too much",
+    ),
     Rule(
         "at_roof",
         "root",

@@ -199,6 +199,8 @@ def branches() -> list[tuple[str, dict[str, float]]]:
 
     rows = [
         ("at_roof", {**MEM_BASE, T: 48.0}),
+        # A copy of the op's bytes judged against a compute-bound case's FLOPs.
+        ("model_exceeded", {**MEM_BASE, T: 20.0}),
         ("at_roof_dram", {**MEM_BASE, DRAM: 87.0}),  # no model: DRAM 87% x 4.8 / 4.25 = 98%
         ("extra_bytes_l2_miss", {**MEM_BASE, RD: 200.0, WR: 100.0, L2HIT: 30.0}),
         ("extra_bytes", {**MEM_BASE, RD: 200.0, WR: 100.0, L2HIT: 70.0, LD_SEC: 32e6}),

@@ -88,13 +88,32 @@ def source_hash(paths: Iterable[str] = ("csrc", "CMakeLists.txt")) -> str:
     return h.hexdigest()[:16]
 
 
+def portable_arg(arg: str | os.PathLike[str]) -> str:
+    """A command-line argument as it may be committed: an absolute path
+    becomes repo-relative inside the repository and its file name outside
+    it (an output folder, a cache), so results name no machine's layout."""
+    arg = os.fspath(arg)
+    if not arg.startswith("/"):
+        return arg
+    path = Path(arg)
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT.resolve()))
+    except ValueError:
+        return path.name
+
+
+def portable_argv(argv: list[str] | None = None) -> list[str]:
+    return [portable_arg(a) for a in (sys.argv if argv is None else argv)]
+
+
 def command_line() -> str:
     """The command that ran this process, as one would type it again
     (`python -m package.module ARGS` for a module run with -m)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    head = ["-m", spec.name] if spec is not None and spec.name else sys.argv[:1]
-    return "python " + shlex.join([*head, *sys.argv[1:]])
+    argv = portable_argv()
+    head = ["-m", spec.name] if spec is not None and spec.name else argv[:1]
+    return "python " + shlex.join([*head, *argv[1:]])
 
 
 def metadata(device: torch.device | str | None = None) -> dict[str, Any]:
@@ -109,7 +128,7 @@ def metadata(device: torch.device | str | None = None) -> dict[str, Any]:
         "torch_cuda": torch.version.cuda,
         "git": git_commit(),
         "source_hash": source_hash(),
-        "argv": sys.argv,
+        "argv": portable_argv(),
         "command": command_line(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_threads": torch.get_num_threads(),

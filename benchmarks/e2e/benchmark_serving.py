@@ -64,6 +64,7 @@ from typing import Any
 
 import openai
 
+from benchmarks.common.results import portable_arg
 from benchmarks.e2e import presets, prompts, sides, step_breakdown
 from vllm_myops.testing.server import ServerError, VllmServer, bounded_memory_args
 
@@ -371,7 +372,7 @@ def run_server(
     return {
         "side": side.name,
         "provider": side.name,  # the key before sides (myops/native)
-        "model": model,
+        "model": portable_arg(model),
         "ready_after_s": ready,
         "levels": levels,
         "counters": stats["calls"],
@@ -574,10 +575,14 @@ def main(argv: list[str] | None = None) -> int:
                 "schema": "vllm-myops-bench-serving/2",
                 "benchmark": "serving",
                 "metadata": meta,
-                "config": {k: v for k, v in vars(args).items() if k != "save"}
+                "config": {
+                    k: portable_arg(v) if isinstance(v, str | Path) else v
+                    for k, v in vars(args).items()
+                    if k != "save"
+                }
                 | {
-                    "model": model,
-                    "gptq_model": preset.gptq_model,
+                    "model": portable_arg(model),
+                    "gptq_model": preset.gptq_model and portable_arg(preset.gptq_model),
                     "preset_vllm_args": preset.vllm_args,
                     "shared_vllm_args": shared,
                     "sides": [sides.as_dict(s) for s in chosen],

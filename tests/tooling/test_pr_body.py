@@ -160,7 +160,7 @@ def test_body_from_real_result_files(
     # Test Plan: the commands given and those the files recorded.
     plan = body.split("## Test Plan")[1].split("## Test Result")[0]
     assert "pytest -v -s tests/kernels" in plan
-    assert f"python -m {BENCH} --device cpu" in plan and str(after) in plan
+    assert f"python -m {BENCH} --device cpu" in plan and f"--save {after.name}" in plan
     assert "test_lm_eval_correctness.py" in plan
 
     # Tests: counts equal the XML's.

@@ -91,12 +91,13 @@ using namespace w4a16::dev;  // the helpers shared with the tc kernel
 // dtype. On the H200 the two paths cross near M = 64 (NOTES §8). Under
 // "auto" the tc kernel (cuda/w4a16_tc_gemm.cuh) takes kTcMinM <= M < kTcMaxM
 // first: A and B through shared memory, each code dequantized once per
-// 64-row block, so above M = 16 it does less work per mma than the mma
-// kernel, and below M ~ 1024 its ~0.6-0.7 of cuBLAS's mma rate (mma.sync,
-// the in-register dequant) costs less than the dequant pass (~109 us at
-// 28672x4096) before cuBLAS: a guess to be measured on the H200.
+// block of 32 / 64 rows, so above M = 16 it does less work per mma than the
+// mma kernel. Its mma rate (mma.sync plus the in-register dequant, expected
+// ~0.7 of cuBLAS's wgmma rate) loses ~0.15 us per row at 28672x4096 against
+// cuBLAS, which the dequant pass (~109 us there) pays back up to M ~ 700:
+// hence kTcMaxM, an estimate to be measured on the H200.
 constexpr int64_t kDequantMinM = 64;
-constexpr int64_t kTcMinM = 17, kTcMaxM = 1024;  // "auto": tc for [min, max)
+constexpr int64_t kTcMinM = 17, kTcMaxM = 768;  // "auto": tc for [min, max)
 // Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
 // one n-tile's M tiles run together, so all but the first read B from L2).
 constexpr int64_t kRingMaxM = 16;

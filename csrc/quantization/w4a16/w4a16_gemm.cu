@@ -863,10 +863,22 @@ __global__ void __launch_bounds__(kDequantThreads)
 // tests cover each and the benchmark can compare them: "swap"
 // (w4a16_swap_kernel), "ring" (w4a16_decode_kernel,
 // M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel),
-// "tc" (w4a16_tc_kernel, run_tc_gemm) or "dequant" (dequant + cuBLAS); unset
+// "tc" (w4a16_tc_kernel, run_tc_gemm: its build by M and cost model; "tc4" /
+// "tc8": the 64-row build of 4 / 8 warps at every M) or "dequant" (dequant
+// + cuBLAS); unset
 // or "auto" chooses by M (kSwapMaxM, kRingMaxM, kTcMinM / kTcMaxM,
 // kDequantMinM).
-enum class CudaPath { kAuto, kSwap, kRing, kRing4, kMma, kTc, kDequant };
+enum class CudaPath {
+  kAuto,
+  kSwap,
+  kRing,
+  kRing4,
+  kMma,
+  kTc,
+  kTc4,
+  kTc8,
+  kDequant
+};
 
 // One tensor-core kernel as run_gemm launches it.
 struct GemmKernel {
@@ -1015,29 +1027,51 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 // dequantized once per block and a warp's tile is 16 * kWM x 64 (kWM = 4: two
 // ALU instructions of dequant per mma). BM = 32 up to M = 32 (half of a 64-row
 // tile would be padding), 64 above (the M = 64 .. 1023 rows in M blocks).
-// 4 stages: 3 k-tiles (24 KB at BM = 64) in flight per block.
-using TcSmall = w4a16::tc_gemm::Config<1, 4, 2, 4>;  // 32 x 256, 48 KB smem
-using TcLarge = w4a16::tc_gemm::Config<1, 4, 4, 4>;  // 64 x 256, 66 KB smem
+// Above M = 32 two builds of the 64-row tile: 4 warps (2 blocks per SM) or 8
+// warps as two K slices of 4 (1 block per SM; half the blocks for the same
+// warps per SM, so fewer K splits: no workspace at 28672x4096, M = 64);
+// choose_tc_splits' cost model picks. 4 stages: 3 k-tiles (24 KB at BM = 64)
+// in flight per block.
+using TcSmall = w4a16::tc_gemm::Config<1, 4, 2, 4, 1>;   // 32 x 256, 48 KB
+using TcLarge = w4a16::tc_gemm::Config<1, 4, 4, 4, 1>;   // 64 x 256, 66 KB
+using TcLarge8 = w4a16::tc_gemm::Config<1, 4, 4, 4, 2>;  // the same, 8 warps
 constexpr int64_t kTcSmallMaxM = 32;
-constexpr int kTcSmallMinBlocks = 3;  // <= 170 registers
-constexpr int kTcLargeMinBlocks = 2;  // <= 255 registers
+constexpr int kTcSmallMinBlocks = 3;   // <= 170 registers
+constexpr int kTcLargeMinBlocks = 2;   // <= 255 registers
+constexpr int kTcLarge8MinBlocks = 1;  // <= 255 registers
+// The 8-warp build only where the model says it is faster by more than this
+// (two 4-warp blocks overlap one's barriers and epilogue with the other).
+constexpr double kTcLarge8Margin = 0.97;
 // K splits of the tc kernel from a cost model (the fill rule of
 // choose_splits ignores the workspace, which at M = 64, N = 28672 is 7 MB
 // per split): time(s) = the busiest SM's blocks x k-tiles per split x the
-// time of one block k-tile at the SM's rate (a lone block reaching only
-// kTcLoneBlockShare of it) + writing and reading the fp32 workspace + the
-// reduce launch. Rates are guesses for the H200 (mma.sync with the dequant,
-// ~530 TFLOP/s over 132 SMs; L2 / DRAM bandwidth), to be fitted there.
+// time of one block k-tile at the SM's rate (each resident warp reaching
+// kTcWarpShare of it, up to the whole SM) + writing and reading the fp32
+// workspace + the reduce launch. Rates are guesses for the H200 (mma.sync
+// with the dequant, ~530 TFLOP/s over 132 SMs; L2 / DRAM bandwidth), to be
+// fitted there.
 constexpr double kTcSmFlopsPerUs = 4.0e6;
-constexpr double kTcLoneBlockShare = 0.6;
+constexpr double kTcWarpShare = 0.15;
 constexpr double kTcWorkspaceL2Bytes = 16e6;  // fits the 50 MB L2 with W
 constexpr double kTcL2BytesPerUs = 8e6;
 constexpr double kTcDramBytesPerUs = 3e6;
 constexpr double kTcReduceUs = 2.0;
 
-int choose_tc_splits(int64_t base_blocks, int k_tiles, int sms,
-                     int blocks_per_sm, int64_t mn, int bm, int bn,
-                     int min_k_tiles_per_split) {
+struct TcKernel {
+  void (*kernel)(GemmArgs);
+  int bm, bn, threads, smem_bytes, blocks_per_sm, stages;
+};
+
+struct TcPlan {
+  int splits;
+  double us;  // modelled
+};
+
+TcPlan choose_tc_splits(const TcKernel& kern, int64_t base_blocks, int k_tiles,
+                        int sms, int64_t mn) {
+  const int bm = kern.bm, bn = kern.bn, blocks_per_sm = kern.blocks_per_sm;
+  const int min_k_tiles_per_split = kern.stages;
+  const int warps = kern.threads / 32;
   const double block_k_tile_us =
       2.0 * bm * bn * layout::kTileK / kTcSmFlopsPerUs;
   const int max_splits =
@@ -1050,7 +1084,7 @@ int choose_tc_splits(int64_t base_blocks, int k_tiles, int sms,
     const int64_t per_sm = w4a16::ceil_div(base_blocks * s, sms);
     const double share = std::min(
         1.0, static_cast<double>(std::min<int64_t>(per_sm, blocks_per_sm)) *
-                 kTcLoneBlockShare);
+                 warps * kTcWarpShare);
     double us = static_cast<double>(per_sm) * per * block_k_tile_us /
                 (per_sm <= blocks_per_sm ? share : 1.0);
     if (s > 1) {
@@ -1065,13 +1099,8 @@ int choose_tc_splits(int64_t base_blocks, int k_tiles, int sms,
       best_us = us;
     }
   }
-  return best;
+  return {best, best_us};
 }
-
-struct TcKernel {
-  void (*kernel)(GemmArgs);
-  int bm, bn, smem_bytes, blocks_per_sm, stages;
-};
 
 template <typename T, class C, int kMinBlocks>
 TcKernel tc_kernel() {
@@ -1089,37 +1118,62 @@ TcKernel tc_kernel() {
   static const int blocks = [] {
     int b = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &b, kKernel, w4a16::tc_gemm::kThreads, C::kSmemBytes));
+        &b, kKernel, C::kThreads, C::kSmemBytes));
     return std::max(b, 1);
   }();
-  return {kKernel, C::kBM, C::kBN, C::kSmemBytes, blocks, C::kStages};
+  return {kKernel,       C::kBM, C::kBN,    C::kThreads,
+          C::kSmemBytes, blocks, C::kStages};
 }
+
+// Which tc build: by M and the cost model, or one forced (tests, A/B).
+enum class TcBuild { kAuto, kLarge4, kLarge8 };
 
 template <typename T>
 void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
                  const at::Tensor& scales,
                  const std::optional<at::Tensor>& zeros,
                  const std::optional<at::Tensor>& bias,
-                 const w4a16::GemmShape& shape, int group_rows,
+                 const w4a16::GemmShape& shape, int group_rows, TcBuild build,
                  at::Tensor& out) {
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
-  const TcKernel kern = m <= kTcSmallMaxM
-                            ? tc_kernel<T, TcSmall, kTcSmallMinBlocks>()
-                            : tc_kernel<T, TcLarge, kTcLargeMinBlocks>();
   const int n_tiles = static_cast<int>(shape.n_tiles);
   const int k_tiles = static_cast<int>(shape.k_tiles);
-  const int tiles_per_block = kern.bn / layout::kTileN;
-  const int n_blocks = (n_tiles + tiles_per_block - 1) / tiles_per_block;
-  const int m_blocks = (m + kern.bm - 1) / kern.bm;
-  TORCH_CHECK(n_blocks <= 65535,
-              "w4a16_gemm: size_n must be <= ", 65535 * kern.bn,
-              " on the CUDA tc path (one grid row per ", kern.bn, " columns)");
-
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  int splits = choose_tc_splits(
-      static_cast<int64_t>(n_blocks) * m_blocks, k_tiles, sms,
-      kern.blocks_per_sm, shape.m * shape.n, kern.bm, kern.bn, kern.stages);
+  // All builds have 256-column blocks.
+  const int n_blocks = static_cast<int>(w4a16::ceil_div(n_tiles, 4));
+  static_assert(
+      TcSmall::kBN == 256 && TcLarge::kBN == 256 && TcLarge8::kBN == 256,
+      "256-column blocks");
+  TORCH_CHECK(n_blocks <= 65535, "w4a16_gemm: size_n must be <= ", 65535 * 256,
+              " on the CUDA tc path (one grid row per 256 columns)");
+  const auto plan_for = [&](const TcKernel& kern) {
+    const int64_t m_blocks = w4a16::ceil_div(m, kern.bm);
+    return choose_tc_splits(kern, n_blocks * m_blocks, k_tiles, sms,
+                            shape.m * shape.n);
+  };
+  TcKernel kern;
+  TcPlan plan;
+  if (build == TcBuild::kLarge8) {
+    kern = tc_kernel<T, TcLarge8, kTcLarge8MinBlocks>();
+    plan = plan_for(kern);
+  } else if (build == TcBuild::kAuto && m <= kTcSmallMaxM) {
+    kern = tc_kernel<T, TcSmall, kTcSmallMinBlocks>();
+    plan = plan_for(kern);
+  } else {
+    kern = tc_kernel<T, TcLarge, kTcLargeMinBlocks>();
+    plan = plan_for(kern);
+    if (build == TcBuild::kAuto) {
+      const TcKernel kern8 = tc_kernel<T, TcLarge8, kTcLarge8MinBlocks>();
+      const TcPlan plan8 = plan_for(kern8);
+      if (plan8.us < kTcLarge8Margin * plan.us) {
+        kern = kern8;
+        plan = plan8;
+      }
+    }
+  }
+  const int m_blocks = (m + kern.bm - 1) / kern.bm;
+  int splits = plan.splits;
   const int kt_per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
 
@@ -1152,8 +1206,7 @@ void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
     args.workspace = workspace.data_ptr<float>();
   }
   const dim3 grid(m_blocks, n_blocks, splits);
-  kern.kernel<<<grid, w4a16::tc_gemm::kThreads, kern.smem_bytes, stream>>>(
-      args);
+  kern.kernel<<<grid, kern.threads, kern.smem_bytes, stream>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (splits == 1) return;
 
@@ -1176,6 +1229,8 @@ CudaPath forced_cuda_path() {
                    {"ring4", CudaPath::kRing4},
                    {"mma", CudaPath::kMma},
                    {"tc", CudaPath::kTc},
+                   {"tc4", CudaPath::kTc4},
+                   {"tc8", CudaPath::kTc8},
                    {"dequant", CudaPath::kDequant}});
   return f;
 }
@@ -1261,13 +1316,17 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
     }
     return out;
   }
-  if (path == CudaPath::kTc) {
+  if (path == CudaPath::kTc || path == CudaPath::kTc4 ||
+      path == CudaPath::kTc8) {
+    const TcBuild build = path == CudaPath::kTc4   ? TcBuild::kLarge4
+                          : path == CudaPath::kTc8 ? TcBuild::kLarge8
+                                                   : TcBuild::kAuto;
     if (is_half) {
       run_tc_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape,
-                          group_rows, out);
+                          group_rows, build, out);
     } else {
       run_tc_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias, shape,
-                                 group_rows, out);
+                                 group_rows, build, out);
     }
     return out;
   }

@@ -102,11 +102,13 @@ def test_w4a16_gemm_many_rows(
     assert_gemm_close(qw.gemm(a), qw, a, None)
 
 
-# M around the tc kernel's row blocks (32, 64) and its auto range (17 .. 1023),
-# with N and K that are not multiples of its 256-column block or of 64.
+# M around the tc kernel's row blocks (32, 64) and its auto range, with N and
+# K that are not multiples of its 256-column block or of 64; (100, 300): K
+# and N not multiples of 8 (its unaligned A loads and scalar stores).
 TC_EDGE_ROWS = scoped(quick=[17, 65], full=[17, 63, 64, 65, 127, 129, 255, 1000])
 TC_EDGE_SHAPES = scoped(
-    quick=[(576, 1536)], full=[(576, 1536), (4104, 576), (576, 4104)]
+    quick=[(576, 1536), (100, 300)],
+    full=[(576, 1536), (4104, 576), (576, 4104), (100, 300)],
 )
 
 
@@ -529,15 +531,18 @@ needs_cuda = pytest.mark.skipif(
 
 @needs_cuda
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["swap", "ring", "ring4", "mma", "tc", "dequant"])
+@pytest.mark.parametrize(
+    "path", ["swap", "ring", "ring4", "mma", "tc", "tc4", "tc8", "dequant"]
+)
 def test_cuda_paths(path: str, tmp_path: Path) -> None:
     """swap: the swap-AB kernel (codes as the mma's A operand, scales and
     zeros applied per group to fp32 sums) at every M, in token blocks of 8;
     ring: the cp.async-ring kernel at every M (M tiles of 16; ring4: its
     build for 4 blocks per SM, <= 128 registers); mma: the
     register-ring kernel (M tiles of 32) at every M; tc: the shared-memory
-    tensor-core kernel (row blocks of 32 / 64, 256 columns) at every M,
-    M = 1 included; dequant: dequantize +
+    tensor-core kernel (row blocks of 32 / 64, 256 columns, its build chosen
+    by M and its cost model) at every M, M = 1 included; tc4 / tc8: its
+    64-row build of 4 / 8 warps at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included. The default run covers each path only
     in its own M range; these reruns hold every path to the same fp64
     reference and tolerance at every M of the tests."""

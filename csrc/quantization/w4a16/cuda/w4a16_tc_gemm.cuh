@@ -10,12 +10,15 @@
 //   k-tile (the slot refilled at iteration i was read at iteration i - 1,
 //   before the barrier). A rows are 8 chunks of 16 bytes, XOR-swizzled
 //   (tc::swizzled), read with ldmatrix.x4: no bank conflicts.
-// - 4 warps as kWarpsM x kWarpsN; a warp owns 16 * kWM rows x one 64-column
-//   layout n-tile, so its B fragments of a k16 step are exactly one 16-byte
-//   word per lane (cuda/w4a16_layout.cuh), one conflict-free ld.shared.v4.
-//   Each code is dequantized by kWarpsM warps (1 or 2): 16 lop3 / hsub2 /
-//   hmul2 triples per k16 step feed 16 * kWM mma (kWM = 4: two ALU
-//   instructions per mma).
+// - kWarpsM x kWarpsN warps per K slice, kKSlices slices (4 or 8 warps); a
+//   warp owns 16 * kWM rows x one 64-column layout n-tile, so its B
+//   fragments of a k16 step are exactly one 16-byte word per lane
+//   (cuda/w4a16_layout.cuh), one conflict-free ld.shared.v4. Slice h takes
+//   k16 steps [4h, 4h + 4) / kKSlices of every k-tile (8 warps: a K split
+//   inside the block, with no workspace; the slices are summed in shared
+//   memory in a fixed order). Each code is dequantized by kWarpsM warps:
+//   16 lop3 / hsub2 / hmul2 triples per k16 step feed 16 * kWM mma (kWM =
+//   4: two ALU instructions per mma).
 // - W = (q - z) * s rounded to T before the mma, exactly as w4a16_mma_kernel
 //   (same helpers); scales / zeros of the next k-tile ride one iteration
 //   ahead in registers (GroupRaw, L2-resident).
@@ -43,20 +46,24 @@ using dev::GemmArgs;
 using dev::GroupRaw;
 namespace layout = cuda_layout;
 
-constexpr int kThreads = 128;                       // 4 warps
 constexpr int kAChunks = layout::kTileK * 2 / 16;   // 16-byte chunks per A row
 constexpr int kTileQuads = layout::kTileWords / 4;  // 16-byte words per tile
-static_assert(kAChunks == 8 && kTileQuads == kThreads, "one quad a thread");
+static_assert(kAChunks == 8, "64 k of 2 bytes");
 
 // A block tile: kWarpsM x kWarpsN warps of 16 * kWM rows x 64 columns each,
-// kStages_ k-tiles in the cp.async pipeline.
-template <int kWarpsM_, int kWarpsN_, int kWM_, int kStages_>
+// kKSlices of them along K, kStages_ k-tiles in the cp.async pipeline.
+template <int kWarpsM_, int kWarpsN_, int kWM_, int kStages_, int kKSlices_>
 struct Config {
   static constexpr int kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kWarpsN_;
   static constexpr int kWM = kWM_;
   static constexpr int kStages = kStages_;
-  static_assert(kWarpsM * kWarpsN * 32 == kThreads, "4 warps");
+  static constexpr int kKSlices = kKSlices_;
+  static constexpr int kTileWarps = kWarpsM * kWarpsN;  // warps of a slice
+  static constexpr int kThreads = 32 * kTileWarps * kKSlices;
+  static constexpr int kSliceSteps = layout::kSteps / kKSlices;
+  static_assert(kTileWarps == 4, "4 warps a slice");
+  static_assert(kKSlices == 1 || kKSlices == 2, "K slices: 1 or 2");
   static constexpr int kBM = 16 * kWM * kWarpsM;
   static constexpr int kBN = layout::kTileN * kWarpsN;
   static constexpr int kAQuads = kBM * kAChunks;
@@ -67,7 +74,8 @@ struct Config {
   static constexpr int kEpilogueBytes = kBM * kLd * 4;
   static constexpr int kSmemBytes =
       kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes;
-  static_assert(kAQuads % kThreads == 0, "whole A chunks per thread");
+  static_assert(kAQuads % kThreads == 0 && kBQuads % kThreads == 0,
+                "whole chunks per thread");
   static_assert(kStages >= 2, "a pipeline");
 };
 
@@ -80,8 +88,8 @@ __device__ __forceinline__ void issue_stage(const GemmArgs& p, uint4* stage,
   const uint32_t sa = tc::smem_addr(stage);
   const int k0 = kt * layout::kTileK;
 #pragma unroll
-  for (int j = 0; j < C::kAQuads / kThreads; ++j) {
-    const int c = tid + kThreads * j;
+  for (int j = 0; j < C::kAQuads / C::kThreads; ++j) {
+    const int c = tid + C::kThreads * j;
     const int row = c / kAChunks, ch = c % kAChunks;
     const int grow = m0 + row;
     const int k = k0 + 8 * ch;
@@ -116,28 +124,32 @@ __device__ __forceinline__ void issue_stage(const GemmArgs& p, uint4* stage,
   uint4* sb = stage + C::kAQuads;
   const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;
 #pragma unroll
-  for (int j = 0; j < C::kBQuads / kThreads; ++j) {
-    const int nt = nt0 + j;
+  for (int j = 0; j < C::kBQuads / C::kThreads; ++j) {
+    const int q = tid + C::kThreads * j;  // quad q % 128 of n-tile q / 128
+    const int nt = nt0 + q / kTileQuads;
     const bool valid = nt < n_tiles;
     const uint4* src =
         valid ? p.b + (static_cast<int64_t>(nt) * p.k_tiles + kt) * kTileQuads +
-                    tid
+                    q % kTileQuads
               : p.b;
-    tc::cp_async_16(tc::smem_addr(sb + j * kTileQuads + tid), src, valid);
+    tc::cp_async_16(tc::smem_addr(sb + q), src, valid);
   }
 }
 
-// Raw scales / zeros of k-tile kt for the warp's 64 columns: steps 0-1 and
-// 2-3 (they differ only for group 32).
+// Raw scales / zeros of k-tile kt for the warp's 64 columns, one per pair
+// of k16 steps from step0 (pairs differ only for group 32).
+template <int kHeld>
 __device__ __forceinline__ void load_tile_groups(const GemmArgs& p, int kt,
-                                                 int n0, int lane,
-                                                 GroupRaw (&gr)[2]) {
-  const int g0 = dev::group_of(p, kt, 0);
-  dev::load_group(p, g0, n0, lane, gr[0]);
-  if (p.group_size < layout::kTileK) {
-    dev::load_group(p, dev::group_of(p, kt, 2), n0, lane, gr[1]);
-  } else {
-    gr[1] = gr[0];
+                                                 int step0, int n0, int lane,
+                                                 GroupRaw (&gr)[kHeld]) {
+  dev::load_group(p, dev::group_of(p, kt, step0), n0, lane, gr[0]);
+#pragma unroll
+  for (int x = 1; x < kHeld; ++x) {
+    if (p.group_size < layout::kTileK) {
+      dev::load_group(p, dev::group_of(p, kt, step0 + 2 * x), n0, lane, gr[x]);
+    } else {
+      gr[x] = gr[0];
+    }
   }
 }
 
@@ -145,14 +157,18 @@ __device__ __forceinline__ void load_tile_groups(const GemmArgs& p, int kt,
 // that read the same weight tiles run together (all but one hit L2). Dynamic
 // shared memory: C::kSmemBytes.
 template <typename T, class C, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(C::kThreads, kMinBlocks)
     w4a16_tc_kernel(const GemmArgs p) {
   constexpr int kWarpsN = C::kWarpsN, kWM = C::kWM, kStages = C::kStages;
+  constexpr int kSliceSteps = C::kSliceSteps;
+  constexpr int kHeld = (kSliceSteps + 1) / 2;  // groups a warp holds
   extern __shared__ __align__(16) uint4 smem[];
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const int wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const int slice = warp / C::kTileWarps;
+  const int wm = (warp % C::kTileWarps) / kWarpsN, wn = warp % kWarpsN;
+  const int step0 = slice * kSliceSteps;
   const int m0 = blockIdx.x * C::kBM;
   const int nt0 = blockIdx.y * kWarpsN;
   const int kt_begin = blockIdx.z * p.kt_per_split;
@@ -175,8 +191,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     tc::cp_async_commit();  // one group per stage, even if empty
   }
-  GroupRaw gr[2];
-  if (count > 0) load_tile_groups(p, kt_begin, n0_warp, lane, gr);
+  GroupRaw gr[kHeld];
+  if (count > 0) load_tile_groups(p, kt_begin, step0, n0_warp, lane, gr);
 
   // ldmatrix.x4 row addresses of an m16 x k16 A fragment: lanes 0-15 rows
   // 0-15 at chunk 2s, lanes 16-31 the same rows at chunk 2s + 1, so r[0..3]
@@ -198,9 +214,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
       tc::cp_async_commit();
     }
-    GroupRaw gr_next[2];
+    GroupRaw gr_next[kHeld];
     if (i + 1 < count) {
-      load_tile_groups(p, kt_begin + i + 1, n0_warp, lane, gr_next);
+      load_tile_groups(p, kt_begin + i + 1, step0, n0_warp, lane, gr_next);
     }
 
     const uint4* stage = smem + slot * C::kStageQuads;
@@ -208,9 +224,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const uint4* sb = stage + C::kAQuads + wn * kTileQuads;
     uint32_t zb[8], sc[8];
 #pragma unroll
-    for (int s = 0; s < layout::kSteps; ++s) {
-      if (s == 0 || (s == 2 && two_groups)) {
-        dev::group_pairs<T>(p, gr[s / 2], lane, zb, sc);
+    for (int ls = 0; ls < kSliceSteps; ++ls) {
+      const int s = step0 + ls;  // k16 step of the tile
+      if (ls == 0 || (ls == 2 && two_groups)) {
+        dev::group_pairs<T>(p, gr[ls / 2], lane, zb, sc);
       }
       uint32_t a[kWM][4];
 #pragma unroll
@@ -241,36 +258,47 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
       }
     }
-    gr[0] = gr_next[0];
-    gr[1] = gr_next[1];
+#pragma unroll
+    for (int x = 0; x < kHeld; ++x) gr[x] = gr_next[x];
     slot = slot + 1 == kStages ? 0 : slot + 1;
   }
   tc::cp_async_wait<0>();
   __syncthreads();  // the stages are free: reuse them for the fp32 tile
 
   // C fragment: c0, c1 = (g, 2t, 2t + 1), c2, c3 = (g + 8, 2t, 2t + 1).
+  // The last slice stores its sums, each earlier one adds its own: a fixed
+  // order (deterministic).
   float* tile = reinterpret_cast<float*>(smem);
-  {
-    const int g = lane / 4, t = lane % 4;
+  const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int mt = 0; mt < kWM; ++mt)
+  for (int h = C::kKSlices - 1; h >= 0; --h) {
+    if (slice == h) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int mt = 0; mt < kWM; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = wm * 16 * kWM + 16 * mt + g + 8 * h;
-          const int col = wn * layout::kTileN + 8 * j + 2 * t;
-          *reinterpret_cast<float2*>(&tile[row * C::kLd + col]) =
-              make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
-        }
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int row = wm * 16 * kWM + 16 * mt + g + 8 * hh;
+            const int col = wn * layout::kTileN + 8 * j + 2 * t;
+            float2* dst = reinterpret_cast<float2*>(&tile[row * C::kLd + col]);
+            float2 v = make_float2(acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
+            if (h != C::kKSlices - 1) {
+              const float2 o = *dst;
+              v.x += o.x;
+              v.y += o.y;
+            }
+            *dst = v;
+          }
+    }
+    __syncthreads();
   }
-  __syncthreads();
 
   // 8 consecutive columns per thread; C::kBN / 8 threads cover a tile row.
   constexpr int kRuns = C::kBN / 8;
   const int n_base = nt0 * layout::kTileN;
   const bool vec = p.n % 8 == 0;  // 16-byte aligned runs, none cut by N
-  for (int idx = threadIdx.x; idx < C::kBM * kRuns; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < C::kBM * kRuns; idx += C::kThreads) {
     const int r = idx / kRuns, c = (idx % kRuns) * 8;
     const int row = m0 + r, col = n_base + c;
     if (row >= p.m || col >= p.n) continue;

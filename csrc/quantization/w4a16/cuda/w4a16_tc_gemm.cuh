@@ -118,7 +118,8 @@ __device__ __forceinline__ void issue_stage(const GemmArgs& p, uint4* stage,
         }
       }
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst),
-                   "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]));
+                   "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                   : "memory");
     }
   }
   uint4* sb = stage + C::kAQuads;

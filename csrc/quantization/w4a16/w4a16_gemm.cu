@@ -32,6 +32,13 @@
 //                           order, adds the bias and rounds once
 //                           (deterministic, no host sync, CUDA-graph
 //                           capturable).
+//   kTcMinM <= M < kTcMaxM  (taken first under "auto": overlaps the rows
+//                           above and below)
+//                           w4a16_tc_kernel (cuda/w4a16_tc_gemm.cuh): A and
+//                           B through a cp.async pipeline in shared memory,
+//                           blocks of 32 / 64 rows x 256 columns, split-K
+//                           (the same workspace and reduce kernel) from a
+//                           cost model (choose_tc_splits).
 //   M >= kDequantMinM       dequantize W to a's dtype (one kernel), then
 //                           cuBLAS through at::mm / at::addmm, so large M is
 //                           never much slower than bf16.
@@ -49,6 +56,7 @@
 // G - 1 for the padding rows; stores past M / N are skipped.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -56,6 +64,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -65,19 +74,30 @@
 #include "cuda/mma_utils.cuh"
 #include "ops.h"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
+#include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
+#include "quantization/w4a16/cuda/w4a16_tc_gemm.cuh"
 #include "quantization/w4a16/w4a16_args.h"
 
 namespace vllm_myops {
 namespace {
 
 namespace layout = w4a16::cuda_layout;
+using namespace w4a16::dev;  // the helpers shared with the tc kernel
 
 // ---- Tunables ---------------------------------------------------------------
 // M from which dequant + cuBLAS is used. Above M = 16 the mma kernel loads A
 // fragments from global memory at every k16 step and re-reads W once per
 // 32-row M tile; the dequant pass costs a read of W plus a write of it in a's
-// dtype. On the H200 the two paths cross near M = 64 (NOTES §8).
+// dtype. On the H200 the two paths cross near M = 64 (NOTES §8). Under
+// "auto" the tc kernel (cuda/w4a16_tc_gemm.cuh) takes kTcMinM <= M < kTcMaxM
+// first: A and B through shared memory, each code dequantized once per
+// block of 32 / 64 rows, so above M = 16 it does less work per mma than the
+// mma kernel. Its mma rate (mma.sync plus the in-register dequant, expected
+// ~0.7 of cuBLAS's wgmma rate) loses ~0.15 us per row at 28672x4096 against
+// cuBLAS, which the dequant pass (~109 us there) pays back up to M ~ 700:
+// hence kTcMaxM, an estimate to be measured on the H200.
 constexpr int64_t kDequantMinM = 64;
+constexpr int64_t kTcMinM = 17, kTcMaxM = 768;  // "auto": tc for [min, max)
 // Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
 // one n-tile's M tiles run together, so all but the first read B from L2).
 constexpr int64_t kRingMaxM = 16;
@@ -111,64 +131,8 @@ constexpr int kDecodeMoreBlocksPerSm = 4;
 // with them).
 constexpr int kMaxSplits = 16;
 
-// ---- Element types
-// -------------------------------------------------------------
-template <typename T>
-struct MmaType;
-
-template <>
-struct MmaType<__half> {
-  using T2 = __half2;
-  static constexpr uint32_t kExponent = 0x64006400u;  // half2(1024, 1024)
-};
-
-template <>
-struct MmaType<__nv_bfloat16> {
-  using T2 = __nv_bfloat162;
-  static constexpr uint32_t kExponent = 0x43004300u;  // bf162(128, 128)
-};
-
-template <typename T>
-__device__ __forceinline__ T from_bits(uint16_t v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __ushort_as_half(v);
-  } else {
-    return __ushort_as_bfloat16(v);
-  }
-}
-
-template <typename T2>
-__device__ __forceinline__ uint32_t as_u32(T2 v) {
-  static_assert(sizeof(T2) == 4, "pair of 16-bit values");
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-template <typename T2>
-__device__ __forceinline__ T2 as_t2(uint32_t v) {
-  return *reinterpret_cast<T2*>(&v);
-}
-
-__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b,
-                                                uint32_t c) {
-  uint32_t r;
-  // (a & b) | c: immLut (0xf0 & 0xcc) | 0xaa.
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-
-// Two codes of nibbles (r, r + 4) of q as base + q in a T2 (low half: r).
-template <typename T, int kR>
-__device__ __forceinline__ uint32_t codes_pair(uint32_t q) {
-  return lop3_and_or(q >> (4 * kR), 0x000f000fu, MmaType<T>::kExponent);
-}
-
-// (x - zb) * s, with zb = base + z: W rounded once to T.
-template <typename T>
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t x, uint32_t zb,
-                                                 uint32_t s) {
-  using T2 = typename MmaType<T>::T2;
-  return as_u32(__hmul2(__hsub2(as_t2<T2>(x), as_t2<T2>(zb)), as_t2<T2>(s)));
-}
+// Element types, the lop3 dequant, GemmArgs and the per-group scales /
+// zeros: cuda/w4a16_mma_common.cuh (shared with cuda/w4a16_tc_gemm.cuh).
 
 // Streamed once: bypass L1 (the tiles are never re-read by this block).
 __device__ __forceinline__ uint4 load_stream_16(const uint4* p) {
@@ -178,30 +142,6 @@ __device__ __forceinline__ uint4 load_stream_16(const uint4* p) {
                : "l"(p));
   return v;
 }
-
-__device__ __forceinline__ uint16_t load_u16(const void* base, int64_t i) {
-  return __ldg(static_cast<const unsigned short*>(base) + i);
-}
-
-// ---- Kernel arguments
-// ------------------------------------------------------------
-struct GemmArgs {
-  const void* a;  // [M, K] rows a_stride apart (elements)
-  int64_t a_stride;
-  const uint4* b;      // b_packed as 16-byte words
-  const void* scales;  // [G, N]
-  const void* zeros;   // [G, N] or nullptr (symmetric, zero 8)
-  const void* bias;    // [N] or nullptr
-  void* out;           // [M, N] (splits == 1)
-  float* workspace;    // [splits, M, N] fp32 (splits > 1)
-  int m, k, n;
-  int group_size;  // rows per group (K for per-channel)
-  int groups;
-  int k_tiles;
-  int kt_per_split;
-  int splits;
-  bool a_aligned4;  // every (row, even k) pair is a 4-byte aligned load
-};
 
 // Two consecutive elements (k, k + 1) of row `row` of A as a T2, zero past
 // M and K.
@@ -230,69 +170,6 @@ __device__ __forceinline__ void load_a_frag(const GemmArgs& p, int row0, int k0,
   a[1] = load_a_pair<T>(p, row0 + g + 8, k0 + 2 * t);
   a[2] = load_a_pair<T>(p, row0 + g, k0 + 2 * t + 8);
   a[3] = load_a_pair<T>(p, row0 + g + 8, k0 + 2 * t + 8);
-}
-
-// Scales and zeros of one group for the tile's 64 columns, as loaded: lane
-// l holds columns 2l, 2l + 1 (4 registers, not the 16 that the 8 columns
-// 8j + g a lane multiplies would take while in flight); group_pairs()
-// redistributes them with shuffles once they have arrived.
-struct GroupRaw {
-  uint32_t s2;  // scales of columns 2l (low half) and 2l + 1
-  uint32_t z2;  // zero codes, the same way (unused when symmetric)
-};
-
-__device__ __forceinline__ void load_group(const GemmArgs& p, int group, int n0,
-                                           int lane, GroupRaw& gr) {
-  const int64_t row = static_cast<int64_t>(group) * p.n;
-  const int n = n0 + 2 * lane;
-  // Columns past N: s = 0 (W = 0 there; never stored anyway).
-  const auto pair = [&](const void* base) {
-    const uint32_t lo = n < p.n ? load_u16(base, row + n) : 0u;
-    const uint32_t hi = n + 1 < p.n ? load_u16(base, row + n + 1) : 0u;
-    return lo | (hi << 16);
-  };
-  gr.s2 = pair(p.scales);
-  gr.z2 = p.zeros != nullptr ? pair(p.zeros) : 0u;
-}
-
-// Broadcast pairs for the 8 n8 blocks j of a lane (column 8j + g, held by
-// lane 4j + g / 2 as its half g % 2): zb = base + z, s. Whole warp.
-template <typename T>
-__device__ __forceinline__ void group_pairs(const GemmArgs& p,
-                                            const GroupRaw& gr, int lane,
-                                            uint32_t (&zb)[8],
-                                            uint32_t (&s)[8]) {
-  constexpr uint32_t kBaseBits = MmaType<T>::kExponent & 0xffffu;
-  const int g = lane / 4;
-  const int half_shift = 16 * (g % 2);
-  const uint32_t s2 = gr.s2;
-  const bool has_zeros = p.zeros != nullptr;
-  const uint32_t z2 = gr.z2;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int src = 4 * j + g / 2;
-    const uint32_t sv =
-        (__shfl_sync(0xffffffffu, s2, src) >> half_shift) & 0xffffu;
-    s[j] = sv | (sv << 16);
-    // base + z in T's bits: the mantissa unit of base is 1, so adding the
-    // integer code to the bits is exact (z in 0..15).
-    uint32_t zcode = 8;
-    if (has_zeros) {
-      const uint32_t zv =
-          (__shfl_sync(0xffffffffu, z2, src) >> half_shift) & 0xffffu;
-      zcode = static_cast<uint32_t>(
-          __float2int_rn(cuda::to_float(from_bits<T>(zv))));
-    }
-    const uint32_t zbits = kBaseBits + zcode;
-    zb[j] = zbits | (zbits << 16);
-  }
-}
-
-// Group of k16 step `step` of k-tile kt (clamped: padding rows past K may
-// name group G).
-__device__ __forceinline__ int group_of(const GemmArgs& p, int kt, int step) {
-  const int k = kt * layout::kTileK + 16 * step;
-  return min(k / p.group_size, p.groups - 1);
 }
 
 // What one warp loads for one k-tile ahead of using it.
@@ -985,10 +862,23 @@ __global__ void __launch_bounds__(kDequantThreads)
 // VLLM_MYOPS_W4A16_CUDA_PATH (read once) forces one path at every M, so the
 // tests cover each and the benchmark can compare them: "swap"
 // (w4a16_swap_kernel), "ring" (w4a16_decode_kernel,
-// M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel)
-// or "dequant" (dequant + cuBLAS); unset or "auto" chooses by M (kRingMaxM,
+// M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel),
+// "tc" (w4a16_tc_kernel, run_tc_gemm: its build by M and cost model; "tc4" /
+// "tc8": the 64-row build of 4 / 8 warps at every M) or "dequant" (dequant
+// + cuBLAS); unset
+// or "auto" chooses by M (kSwapMaxM, kRingMaxM, kTcMinM / kTcMaxM,
 // kDequantMinM).
-enum class CudaPath { kAuto, kSwap, kRing, kRing4, kMma, kDequant };
+enum class CudaPath {
+  kAuto,
+  kSwap,
+  kRing,
+  kRing4,
+  kMma,
+  kTc,
+  kTc4,
+  kTc8,
+  kDequant
+};
 
 // One tensor-core kernel as run_gemm launches it.
 struct GemmKernel {
@@ -1103,6 +993,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   args.splits = splits;
   args.a_aligned4 =
       reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
+  args.a_aligned16 = false;  // the tc kernel's flag
 
   const auto launch = [&](const GemmArgs& launch_args) {
     const dim3 grid(m_blocks, n_tiles, launch_args.splits);
@@ -1131,6 +1022,205 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// ---- The tc path (cuda/w4a16_tc_gemm.cuh) ----------------------------------
+// Block tiles: 4 warps side by side along N (BN = 256), so every code is
+// dequantized once per block and a warp's tile is 16 * kWM x 64 (kWM = 4: two
+// ALU instructions of dequant per mma). BM = 32 up to M = 32 (half of a 64-row
+// tile would be padding), 64 above (the M = 64 .. 1023 rows in M blocks).
+// Above M = 32 two builds of the 64-row tile: 4 warps (2 blocks per SM) or 8
+// warps as two K slices of 4 (1 block per SM; half the blocks for the same
+// warps per SM, so fewer K splits: no workspace at 28672x4096, M = 64);
+// choose_tc_splits' cost model picks. 4 stages: 3 k-tiles (24 KB at BM = 64)
+// in flight per block.
+using TcSmall = w4a16::tc_gemm::Config<1, 4, 2, 4, 1>;   // 32 x 256, 48 KB
+using TcLarge = w4a16::tc_gemm::Config<1, 4, 4, 4, 1>;   // 64 x 256, 66 KB
+using TcLarge8 = w4a16::tc_gemm::Config<1, 4, 4, 4, 2>;  // the same, 8 warps
+constexpr int64_t kTcSmallMaxM = 32;
+constexpr int kTcSmallMinBlocks = 3;   // <= 170 registers
+constexpr int kTcLargeMinBlocks = 2;   // <= 255 registers
+constexpr int kTcLarge8MinBlocks = 1;  // <= 255 registers
+// The 8-warp build only where the model says it is faster by more than this
+// (two 4-warp blocks overlap one's barriers and epilogue with the other).
+constexpr double kTcLarge8Margin = 0.97;
+// K splits of the tc kernel from a cost model (the fill rule of
+// choose_splits ignores the workspace, which at M = 64, N = 28672 is 7 MB
+// per split): time(s) = the busiest SM's blocks x k-tiles per split x the
+// time of one block k-tile at the SM's rate (each resident warp reaching
+// kTcWarpShare of it, up to the whole SM) + writing and reading the fp32
+// workspace + the reduce launch. Rates are guesses for the H200 (mma.sync
+// with the dequant, ~530 TFLOP/s over 132 SMs; L2 / DRAM bandwidth), to be
+// fitted there.
+constexpr double kTcSmFlopsPerUs = 4.0e6;
+constexpr double kTcWarpShare = 0.15;
+constexpr double kTcWorkspaceL2Bytes = 16e6;  // fits the 50 MB L2 with W
+constexpr double kTcL2BytesPerUs = 8e6;
+constexpr double kTcDramBytesPerUs = 3e6;
+constexpr double kTcReduceUs = 2.0;
+
+struct TcKernel {
+  void (*kernel)(GemmArgs);
+  int bm, bn, threads, smem_bytes, blocks_per_sm, stages;
+};
+
+struct TcPlan {
+  int splits;
+  double us;  // modelled
+};
+
+TcPlan choose_tc_splits(const TcKernel& kern, int64_t base_blocks, int k_tiles,
+                        int sms, int64_t mn) {
+  const int bm = kern.bm, bn = kern.bn, blocks_per_sm = kern.blocks_per_sm;
+  const int min_k_tiles_per_split = kern.stages;
+  const int warps = kern.threads / 32;
+  const double block_k_tile_us =
+      2.0 * bm * bn * layout::kTileK / kTcSmFlopsPerUs;
+  const int max_splits =
+      std::max(1, std::min(k_tiles / min_k_tiles_per_split, kMaxSplits));
+  int best = 1;
+  double best_us = 0.0;
+  for (int s = 1; s <= max_splits; ++s) {
+    const int per = (k_tiles + s - 1) / s;
+    if ((k_tiles + per - 1) / per != s) continue;  // same as fewer splits
+    const int64_t per_sm = w4a16::ceil_div(base_blocks * s, sms);
+    const double share = std::min(
+        1.0, static_cast<double>(std::min<int64_t>(per_sm, blocks_per_sm)) *
+                 warps * kTcWarpShare);
+    double us = static_cast<double>(per_sm) * per * block_k_tile_us /
+                (per_sm <= blocks_per_sm ? share : 1.0);
+    if (s > 1) {
+      const double bytes = static_cast<double>(s) * mn * 4;
+      us += 2 * bytes /
+                (bytes <= kTcWorkspaceL2Bytes ? kTcL2BytesPerUs
+                                              : kTcDramBytesPerUs) +
+            kTcReduceUs;
+    }
+    if (s == 1 || us < best_us) {
+      best = s;
+      best_us = us;
+    }
+  }
+  return {best, best_us};
+}
+
+template <typename T, class C, int kMinBlocks>
+TcKernel tc_kernel() {
+  constexpr auto kKernel = w4a16::tc_gemm::w4a16_tc_kernel<T, C, kMinBlocks>;
+  // The dynamic shared-memory limit is a per-device attribute: set once per
+  // device (up to 64; more are set on every call).
+  static std::atomic<uint64_t> smem_set{0};
+  const int device = c10::cuda::current_device();
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (smem_set.load(std::memory_order_relaxed) & bit) == 0) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(
+        kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    smem_set.fetch_or(bit, std::memory_order_relaxed);
+  }
+  static const int blocks = [] {
+    int b = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &b, kKernel, C::kThreads, C::kSmemBytes));
+    return std::max(b, 1);
+  }();
+  return {kKernel,       C::kBM, C::kBN,    C::kThreads,
+          C::kSmemBytes, blocks, C::kStages};
+}
+
+// Which tc build: by M and the cost model, or one forced (tests, A/B).
+enum class TcBuild { kAuto, kLarge4, kLarge8 };
+
+template <typename T>
+void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
+                 const at::Tensor& scales,
+                 const std::optional<at::Tensor>& zeros,
+                 const std::optional<at::Tensor>& bias,
+                 const w4a16::GemmShape& shape, int group_rows, TcBuild build,
+                 at::Tensor& out) {
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int m = static_cast<int>(shape.m);
+  const int n_tiles = static_cast<int>(shape.n_tiles);
+  const int k_tiles = static_cast<int>(shape.k_tiles);
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  // All builds have 256-column blocks.
+  const int n_blocks = static_cast<int>(w4a16::ceil_div(n_tiles, 4));
+  static_assert(
+      TcSmall::kBN == 256 && TcLarge::kBN == 256 && TcLarge8::kBN == 256,
+      "256-column blocks");
+  TORCH_CHECK(n_blocks <= 65535, "w4a16_gemm: size_n must be <= ", 65535 * 256,
+              " on the CUDA tc path (one grid row per 256 columns)");
+  const auto plan_for = [&](const TcKernel& kern) {
+    const int64_t m_blocks = w4a16::ceil_div(m, kern.bm);
+    return choose_tc_splits(kern, n_blocks * m_blocks, k_tiles, sms,
+                            shape.m * shape.n);
+  };
+  TcKernel kern;
+  TcPlan plan;
+  if (build == TcBuild::kLarge8) {
+    kern = tc_kernel<T, TcLarge8, kTcLarge8MinBlocks>();
+    plan = plan_for(kern);
+  } else if (build == TcBuild::kAuto && m <= kTcSmallMaxM) {
+    kern = tc_kernel<T, TcSmall, kTcSmallMinBlocks>();
+    plan = plan_for(kern);
+  } else {
+    kern = tc_kernel<T, TcLarge, kTcLargeMinBlocks>();
+    plan = plan_for(kern);
+    if (build == TcBuild::kAuto) {
+      const TcKernel kern8 = tc_kernel<T, TcLarge8, kTcLarge8MinBlocks>();
+      const TcPlan plan8 = plan_for(kern8);
+      if (plan8.us < kTcLarge8Margin * plan.us) {
+        kern = kern8;
+        plan = plan8;
+      }
+    }
+  }
+  const int m_blocks = (m + kern.bm - 1) / kern.bm;
+  int splits = plan.splits;
+  const int kt_per_split = (k_tiles + splits - 1) / splits;
+  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
+
+  GemmArgs args{};
+  args.a = a.data_ptr();
+  args.a_stride = m > 1 ? a.stride(0) : shape.k;
+  args.b = reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>());
+  args.scales = scales.data_ptr();
+  args.zeros = zeros.has_value() ? zeros->data_ptr() : nullptr;
+  args.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  args.m = m;
+  args.k = static_cast<int>(shape.k);
+  args.n = static_cast<int>(shape.n);
+  args.group_size = group_rows;
+  args.groups = static_cast<int>(shape.groups);
+  args.k_tiles = k_tiles;
+  args.kt_per_split = kt_per_split;
+  args.splits = splits;
+  args.a_aligned4 =
+      reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
+  args.a_aligned16 = reinterpret_cast<uintptr_t>(args.a) % 16 == 0 &&
+                     args.a_stride % 8 == 0 && args.k % 8 == 0;
+
+  at::Tensor workspace;
+  if (splits == 1) {
+    args.out = out.data_ptr();
+  } else {
+    workspace =
+        at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
+    args.workspace = workspace.data_ptr<float>();
+  }
+  const dim3 grid(m_blocks, n_blocks, splits);
+  kern.kernel<<<grid, kern.threads, kern.smem_bytes, stream>>>(args);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (splits == 1) return;
+
+  const int64_t mn = shape.m * shape.n;
+  constexpr int kReduceThreads = 256;
+  const int64_t blocks =
+      std::min<int64_t>(w4a16::ceil_div(mn, kReduceThreads), int64_t{1} << 16);
+  w4a16_splitk_reduce_kernel<T>
+      <<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
+          args.workspace, static_cast<const T*>(args.bias),
+          static_cast<T*>(out.data_ptr()), mn, args.n, splits);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 CudaPath forced_cuda_path() {
   static const CudaPath f =
       env::choice("VLLM_MYOPS_W4A16_CUDA_PATH", CudaPath::kAuto,
@@ -1138,6 +1228,9 @@ CudaPath forced_cuda_path() {
                    {"ring", CudaPath::kRing},
                    {"ring4", CudaPath::kRing4},
                    {"mma", CudaPath::kMma},
+                   {"tc", CudaPath::kTc},
+                   {"tc4", CudaPath::kTc4},
+                   {"tc8", CudaPath::kTc8},
                    {"dequant", CudaPath::kDequant}});
   return f;
 }
@@ -1147,6 +1240,7 @@ CudaPath cuda_path_for(int64_t m) {
   if (f != CudaPath::kAuto) return f;
   if (m <= kSwapMaxM) return CudaPath::kSwap;
   if (m <= kRingMaxM) return CudaPath::kRing4;
+  if (kTcMinM <= m && m < kTcMaxM) return CudaPath::kTc;
   return m < kDequantMinM ? CudaPath::kMma : CudaPath::kDequant;
 }
 
@@ -1219,6 +1313,20 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
       at::addmm_out(out, *bias, a_rows, w);
     } else {
       at::mm_out(out, a_rows, w);
+    }
+    return out;
+  }
+  if (path == CudaPath::kTc || path == CudaPath::kTc4 ||
+      path == CudaPath::kTc8) {
+    const TcBuild build = path == CudaPath::kTc4   ? TcBuild::kLarge4
+                          : path == CudaPath::kTc8 ? TcBuild::kLarge8
+                                                   : TcBuild::kAuto;
+    if (is_half) {
+      run_tc_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape,
+                          group_rows, build, out);
+    } else {
+      run_tc_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias, shape,
+                                 group_rows, build, out);
     }
     return out;
   }

@@ -102,6 +102,39 @@ def test_w4a16_gemm_many_rows(
     assert_gemm_close(qw.gemm(a), qw, a, None)
 
 
+# M around the tc kernel's row blocks (32, 64) and its auto range, with N and
+# K that are not multiples of its 256-column block or of 64; (100, 300): K
+# and N not multiples of 8 (its unaligned A loads and scalar stores).
+TC_EDGE_ROWS = scoped(quick=[17, 65], full=[17, 63, 64, 65, 127, 129, 255, 1000])
+TC_EDGE_SHAPES = scoped(
+    quick=[(576, 1536), (100, 300)],
+    full=[(576, 1536), (4104, 576), (576, 4104), (100, 300)],
+)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group_size", scoped(quick=[32, -1], full=GROUP_SIZES))
+@pytest.mark.parametrize("shape", TC_EDGE_SHAPES)
+@pytest.mark.parametrize("m", TC_EDGE_ROWS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_w4a16_gemm_tc_edges(
+    device: str,
+    m: int,
+    shape: tuple[int, int],
+    group_size: int,
+    symmetric: bool,
+    dtype: torch.dtype,
+) -> None:
+    """Row-block remainders and split-K of the CUDA tc kernel (any device:
+    the same values hold everywhere)."""
+    seed_everything(10)
+    k, n = shape
+    qw = make_weight(k, n, group_size, symmetric=symmetric, dtype=dtype, device=device)
+    a = make_a(m, k, dtype, device)
+    assert_gemm_close(qw.gemm(a), qw, a, None)
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("group_size", scoped(quick=[32, 128], full=GROUP_SIZES))
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -355,13 +388,14 @@ def test_torch_compile_fullgraph(device: str, path: str) -> None:
 @pytest.mark.parametrize(
     "device", params_or_skip(cuda_devices(), "needs a CUDA device", "cuda")
 )
-def test_cuda_graph_capture_no_sync(device: str) -> None:
+@pytest.mark.parametrize("m", [16, 64])  # ring4, tc (both split K here)
+def test_cuda_graph_capture_no_sync(device: str, m: int) -> None:
     seed_everything(9)
     k, n, dtype = 4104, 576, torch.bfloat16
     dev = torch.device(device)
     with torch.cuda.device(dev):
         qw = make_weight(k, n, 128, symmetric=False, dtype=dtype, device=device)
-        a = make_a(16, k, dtype, device)
+        a = make_a(m, k, dtype, device)
         out: list[torch.Tensor] = []
 
         def call() -> None:
@@ -369,7 +403,7 @@ def test_cuda_graph_capture_no_sync(device: str) -> None:
             out.append(qw.gemm(a))
 
         graph = contract.capture_without_host_sync(call, dev)
-        a.copy_(make_a(16, k, dtype, device))
+        a.copy_(make_a(m, k, dtype, device))
         graph.replay()
         torch.cuda.synchronize(dev)
         assert_gemm_close(out[0], qw, a, None)
@@ -485,6 +519,7 @@ CUDA_PATH_ENV = "VLLM_MYOPS_W4A16_CUDA_PATH"
 CUDA_PATH_TESTS = (
     "test_w4a16_gemm_values",
     "test_w4a16_gemm_many_rows",
+    "test_w4a16_gemm_tc_edges",
     "test_act_order",
     "test_bias",
     "test_noncontiguous_a",
@@ -496,13 +531,18 @@ needs_cuda = pytest.mark.skipif(
 
 @needs_cuda
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["swap", "ring", "ring4", "mma", "dequant"])
+@pytest.mark.parametrize(
+    "path", ["swap", "ring", "ring4", "mma", "tc", "tc4", "tc8", "dequant"]
+)
 def test_cuda_paths(path: str, tmp_path: Path) -> None:
     """swap: the swap-AB kernel (codes as the mma's A operand, scales and
     zeros applied per group to fp32 sums) at every M, in token blocks of 8;
     ring: the cp.async-ring kernel at every M (M tiles of 16; ring4: its
     build for 4 blocks per SM, <= 128 registers); mma: the
-    register-ring kernel (M tiles of 32) at every M; dequant: dequantize +
+    register-ring kernel (M tiles of 32) at every M; tc: the shared-memory
+    tensor-core kernel (row blocks of 32 / 64, 256 columns, its build chosen
+    by M and its cost model) at every M, M = 1 included; tc4 / tc8: its
+    64-row build of 4 / 8 warps at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included. The default run covers each path only
     in its own M range; these reruns hold every path to the same fp64
     reference and tolerance at every M of the tests."""

@@ -674,6 +674,16 @@ constexpr int kActChunks = layout::kTileK / 8;
 constexpr int kActRowQuads = kActChunks + 1;
 constexpr int kActQuads = 8 * kActRowQuads;
 
+// tc::cp_async_16 through L1 (.ca): every block of an SM copies the same
+// activation rows (its k-tiles' slices), so they stay L1 hits as the global
+// loads of the fallback are, where .cg would send each copy to L2.
+__device__ __forceinline__ void cp_async_ca_16(uint32_t dst, const void* src,
+                                               bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(bytes));
+}
+
 template <typename T>
 __device__ __forceinline__ float code_base() {
   return std::is_same_v<T, __half> ? 1024.f : 128.f;
@@ -770,7 +780,7 @@ __global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
         const int chunk = act_chunk + kActChunks / 2 * h;
         const int k = kt * layout::kTileK + 8 * chunk;
         const bool valid = act_row_ok && k < p.k;
-        tc::cp_async_16(
+        cp_async_ca_16(
             tc::smem_addr(
                 &act_ring[warp][slot][act_row * kActRowQuads + chunk]),
             valid ? static_cast<const void*>(act_src + k) : p.a, valid);

@@ -527,9 +527,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // (base 1024 for fp16, 128 for bf16): ~2^-14 of sum_k |a_k| * s_n, far below
 // the per-weight rounding the tests allow the other kernels.
 // A warp takes a contiguous run of its split's k-tiles (one flush per group,
-// not per tile), streams them through its cp.async ring as
-// w4a16_decode_kernel does, and loads a tile's activation fragments while
-// its copies land (8 registers per octet; only rows that exist are loaded).
+// not per tile) and streams them through its cp.async ring as
+// w4a16_decode_kernel does. A tile's activation slice (the block's 8 token
+// rows x the tile's 64 k, 1 KB) rides in the same ring slot, copied with the
+// tile's codes kS - 1 tiles ahead, and is read with two ldmatrix: loading it
+// from global memory when the tile is used put an L2 round trip on the
+// critical path of every tile (kActRing = false, kept for activations that
+// are not 16-byte copyable and as the forced path "swap_global").
 // Ring slots per warp and resident blocks per SM the swap kernel is compiled
 // for (128 registers). 3 slots beat 5 (4 for group 32) at every M <= 8 case
 // on the H200, e.g. 33.7 vs 35.9 us at 28672x4096, M = 1 (NOTES §8).
@@ -539,6 +543,23 @@ constexpr int kSwapBlocksPerSm = 4;
 // a 2-octet build (205 registers, 2 blocks per SM) took 72.4 us at
 // 28672x4096, M = 16, against 49.8 us for the ring4 kernel (NOTES §8).
 constexpr int64_t kSwapMaxM = 8;
+// Activation slice of a ring slot: 8 rows of 8 16-byte chunks (8 elements
+// each), rows 9 chunks (144 bytes) apart so that the 8 row addresses of one
+// ldmatrix matrix (one chunk of rows 0..7) fall in 8 different 16-byte bank
+// groups, and the cp.async stores of a chunk column too.
+constexpr int kActChunks = layout::kTileK / 8;
+constexpr int kActRowQuads = kActChunks + 1;
+constexpr int kActQuads = 8 * kActRowQuads;
+
+// tc::cp_async_16 through L1 (.ca): every block of an SM copies the same
+// activation rows (its k-tiles' slices), so they stay L1 hits as the global
+// loads of the fallback are, where .cg would send each copy to L2.
+__device__ __forceinline__ void cp_async_ca_16(uint32_t dst, const void* src,
+                                               bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(bytes));
+}
 
 template <typename T>
 __device__ __forceinline__ float code_base() {
@@ -581,16 +602,23 @@ __device__ __forceinline__ void swap_group_values(const GemmArgs& p,
 
 // Grid (token octet, n-tile, K-split). kS: ring slots per warp;
 // kTwoGroups: group size 32, two groups per tile (both groups' raw scales
-// ride in the register ring; one otherwise).
-template <typename T, int kS, bool kTwoGroups>
+// ride in the register ring; one otherwise). kActRing: the activations go
+// through the ring (the host checks that a's base is 16-byte aligned, its
+// row stride and K multiples of 8 elements, so every chunk is one aligned
+// copy wholly inside or wholly past K); else they are loaded from global
+// memory when the tile is used.
+template <typename T, int kS, bool kTwoGroups, bool kActRing>
 __global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
     w4a16_swap_kernel(const GemmArgs p) {
   constexpr int kOctets = 1;
   constexpr int kGroupsPerTile = kTwoGroups ? 2 : 1;
   constexpr int kQuads = layout::kTileWords / 4;  // 16-byte words per tile
   constexpr int kRows = 8 * kOctets;
+  static_assert(!kActRing || kOctets == 1, "the act slice holds one octet");
   using Act = uint32_t[kOctets][layout::kSteps][2];
   __shared__ __align__(16) uint4 ring[kWarps][kS][kQuads];
+  __shared__ __align__(16)
+      uint4 act_ring[kWarps][kActRing ? kS : 1][kActRing ? kActQuads : 1];
   __shared__ float partial[kRows][layout::kTileN];
 
   const int lane = threadIdx.x % 32;
@@ -603,17 +631,37 @@ __global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
   const int first = wt.first, count = wt.count;
   const uint4* tiles = p.b + static_cast<int64_t>(nt) * p.k_tiles * kQuads;
   const int n0 = nt * layout::kTileN;
+  // Act slice: lane l copies chunks l / 8 and l / 8 + 4 of token row l % 8,
+  // and gives the ldmatrix row address of the same (row, chunk); rows >= M
+  // and chunks past K are zero-filled (the padding codes are 0, but
+  // base + 0 is not).
+  const int act_row = lane % 8, act_chunk = lane / 8;
+  const bool act_row_ok = row0 + act_row < p.m;
+  const T* act_src =
+      static_cast<const T*>(p.a) +
+      static_cast<int64_t>(act_row_ok ? row0 + act_row : 0) * p.a_stride;
 
-  // Tile i of this warp -> ring slot: its 4 quads and the raw scales /
-  // zeros of its groups (steps 0-1 and, for group 32, 2-3).
-  const auto issue = [&](int i, uint4(&slot)[kQuads],
-                         GroupRaw(&gr)[kGroupsPerTile]) {
+  // Tile i of this warp -> ring slot `slot`: its 4 quads, its act slice and
+  // the raw scales / zeros of its groups (steps 0-1 and, for group 32, 2-3).
+  const auto issue = [&](int i, int slot, GroupRaw(&gr)[kGroupsPerTile]) {
     const int kt = first + i;
     const uint4* src = tiles + static_cast<int64_t>(kt) * kQuads;
 #pragma unroll
     for (int s = 0; s < layout::kSteps; ++s) {
-      tc::cp_async_16(tc::smem_addr(&slot[s * 32 + lane]), src + s * 32 + lane,
-                      true);
+      tc::cp_async_16(tc::smem_addr(&ring[warp][slot][s * 32 + lane]),
+                      src + s * 32 + lane, true);
+    }
+    if constexpr (kActRing) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int chunk = act_chunk + kActChunks / 2 * h;
+        const int k = kt * layout::kTileK + 8 * chunk;
+        const bool valid = act_row_ok && k < p.k;
+        cp_async_ca_16(
+            tc::smem_addr(
+                &act_ring[warp][slot][act_row * kActRowQuads + chunk]),
+            valid ? static_cast<const void*>(act_src + k) : p.a, valid);
+      }
     }
     load_group(p, group_of(p, kt, 0), n0, lane, gr[0]);
     if constexpr (kTwoGroups) {
@@ -631,6 +679,24 @@ __global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
         act[o][s][0] = load_a_pair<T>(p, row, k);
         act[o][s][1] = load_a_pair<T>(p, row, k + 8);
       }
+  };
+  // The same fragments from the act slice of ring slot `slot`: ldmatrix h
+  // takes chunks 4h .. 4h + 3 as its matrices c, and lane (g, t) receives
+  // token g, k 8 (4h + c) + 2t, + 1 of each: b0 (c even) and b1 (c odd) of
+  // k16 step 2h + c / 2.
+  const auto read_act = [&](int slot, Act& act) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t r[4];
+      tc::ldsm_x4(
+          r,
+          tc::smem_addr(&act_ring[warp][slot][act_row * kActRowQuads +
+                                              kActChunks / 2 * h + act_chunk]));
+      act[0][2 * h][0] = r[0];
+      act[0][2 * h][1] = r[1];
+      act[0][2 * h + 1][0] = r[2];
+      act[0][2 * h + 1][1] = r[3];
+    }
   };
 
   // Accumulator element r of (octet o, pair p): column 16 p + 8 (r / 2) + g,
@@ -710,7 +776,7 @@ __global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
   GroupRaw raws[kS][kGroupsPerTile];
 #pragma unroll
   for (int i = 0; i < kS - 1; ++i) {
-    if (i < count) issue(i, ring[warp][i], raws[i]);
+    if (i < count) issue(i, i, raws[i]);
     tc::cp_async_commit();  // one group per ring slot, even if empty
   }
   for (int i0 = 0; i0 < count; i0 += kS) {
@@ -720,16 +786,25 @@ __global__ void __launch_bounds__(kThreads, kSwapBlocksPerSm)
       if (i < count) {
         constexpr int kAheadSlotOffset = kS - 1;
         const int ahead = i + kAheadSlotOffset;
+        // The act slot refilled below (tile i - 1's) was read by every lane
+        // of the warp, not only by the lanes that copied it.
+        if constexpr (kActRing) __syncwarp();
         if (ahead < count) {
-          issue(ahead, ring[warp][(j + kAheadSlotOffset) % kS],
+          issue(ahead, (j + kAheadSlotOffset) % kS,
                 raws[(j + kAheadSlotOffset) % kS]);
         }
         tc::cp_async_commit();
-        // The activations (L1 / L2 hits: every block reads them) load while
-        // the tile's copies land.
         Act act;
-        load_act(first + i, act);
+        if constexpr (!kActRing) {
+          // L1 / L2 hits (every block reads them), loaded while the tile's
+          // copies land.
+          load_act(first + i, act);
+        }
         tc::cp_async_wait<kS - 1>();  // this lane's copies of tile i landed
+        if constexpr (kActRing) {
+          __syncwarp();  // ... and every lane's: ldmatrix reads them all
+          read_act(j, act);
+        }
         uint4 b[layout::kSteps];
 #pragma unroll
         for (int s = 0; s < layout::kSteps; ++s) {
@@ -861,7 +936,9 @@ __global__ void __launch_bounds__(kDequantThreads)
 
 // VLLM_MYOPS_W4A16_CUDA_PATH (read once) forces one path at every M, so the
 // tests cover each and the benchmark can compare them: "swap"
-// (w4a16_swap_kernel), "ring" (w4a16_decode_kernel,
+// (w4a16_swap_kernel; "swap_global": its build that loads the activations
+// from global memory, which "swap" falls back to when they cannot go through
+// the cp.async ring), "ring" (w4a16_decode_kernel,
 // M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel),
 // "tc" (w4a16_tc_kernel, run_tc_gemm: its build by M and cost model; "tc4" /
 // "tc8": the 64-row build of 4 / 8 warps at every M) or "dequant" (dequant
@@ -871,6 +948,7 @@ __global__ void __launch_bounds__(kDequantThreads)
 enum class CudaPath {
   kAuto,
   kSwap,
+  kSwapGlobal,
   kRing,
   kRing4,
   kMma,
@@ -906,8 +984,18 @@ GemmKernel gemm_kernel(int rows_per_block, int stages) {
   return {kKernel, rows_per_block, stages, blocks_per_sm<kKernel>()};
 }
 
+template <typename T, bool kActRing>
+GemmKernel swap_gemm_kernel(bool two_groups) {
+  return two_groups
+             ? gemm_kernel<w4a16_swap_kernel<T, kSwapStages, true, kActRing>>(
+                   8, kSwapStages)
+             : gemm_kernel<w4a16_swap_kernel<T, kSwapStages, false, kActRing>>(
+                   8, kSwapStages);
+}
+
+// act_ring: a's rows can go through the swap kernel's cp.async ring.
 template <typename T>
-GemmKernel gemm_kernel_for(CudaPath path, int group_rows) {
+GemmKernel gemm_kernel_for(CudaPath path, int group_rows, bool act_ring) {
   const bool two_groups = group_rows < layout::kTileK;
   switch (path) {
     case CudaPath::kRing:
@@ -919,11 +1007,11 @@ GemmKernel gemm_kernel_for(CudaPath path, int group_rows) {
     case CudaPath::kMma:
       return gemm_kernel<w4a16_mma_kernel<T, kMaxMTiles>>(
           16 * kMaxMTiles, kStagesFor<kMaxMTiles>);
+    case CudaPath::kSwapGlobal:
+      return swap_gemm_kernel<T, false>(two_groups);
     default:  // kSwap
-      return two_groups ? gemm_kernel<w4a16_swap_kernel<T, kSwapStages, true>>(
-                              8, kSwapStages)
-                        : gemm_kernel<w4a16_swap_kernel<T, kSwapStages, false>>(
-                              8, kSwapStages);
+      return act_ring ? swap_gemm_kernel<T, true>(two_groups)
+                      : swap_gemm_kernel<T, false>(two_groups);
   }
 }
 
@@ -961,7 +1049,12 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               at::Tensor& out) {
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
-  const GemmKernel kern = gemm_kernel_for<T>(path, group_rows);
+  const int64_t a_stride = m > 1 ? a.stride(0) : shape.k;
+  // Every 8-element chunk of a row a 16-byte aligned copy, inside K or past
+  // it (k >= K must read 0): the swap kernel's activation ring.
+  const bool act_ring = reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 == 0 &&
+                        a_stride % 8 == 0 && shape.k % 8 == 0;
+  const GemmKernel kern = gemm_kernel_for<T>(path, group_rows, act_ring);
   const int m_blocks = (m + kern.rows_per_block - 1) / kern.rows_per_block;
   const int n_tiles = static_cast<int>(shape.n_tiles);
   const int k_tiles = static_cast<int>(shape.k_tiles);
@@ -978,7 +1071,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 
   GemmArgs args{};
   args.a = a.data_ptr();
-  args.a_stride = m > 1 ? a.stride(0) : shape.k;
+  args.a_stride = a_stride;
   args.b = reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>());
   args.scales = scales.data_ptr();
   args.zeros = zeros.has_value() ? zeros->data_ptr() : nullptr;
@@ -1225,6 +1318,7 @@ CudaPath forced_cuda_path() {
   static const CudaPath f =
       env::choice("VLLM_MYOPS_W4A16_CUDA_PATH", CudaPath::kAuto,
                   {{"swap", CudaPath::kSwap},
+                   {"swap_global", CudaPath::kSwapGlobal},
                    {"ring", CudaPath::kRing},
                    {"ring4", CudaPath::kRing4},
                    {"mma", CudaPath::kMma},

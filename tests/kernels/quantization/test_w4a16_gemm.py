@@ -56,6 +56,7 @@ SHAPES = scoped(
         (4104, 200),
         (200, 4104),
         (4104, 4104),
+        (100, 300),  # K % 8 != 0: the swap kernel's global-load fallback
     ],
 )
 NUM_ROWS = scoped(quick=[1, 7], full=[1, 7, 12, 16, 64, 255])
@@ -532,11 +533,15 @@ needs_cuda = pytest.mark.skipif(
 @needs_cuda
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "path", ["swap", "ring", "ring4", "mma", "tc", "tc4", "tc8", "dequant"]
+    "path",
+    ["swap", "swap_global", "ring", "ring4", "mma", "tc", "tc4", "tc8", "dequant"],
 )
 def test_cuda_paths(path: str, tmp_path: Path) -> None:
     """swap: the swap-AB kernel (codes as the mma's A operand, scales and
-    zeros applied per group to fp32 sums) at every M, in token blocks of 8;
+    zeros applied per group to fp32 sums) at every M, in token blocks of 8,
+    its activations through its cp.async ring where a's rows allow 16-byte
+    copies (test_noncontiguous_a takes its global-load fallback);
+    swap_global: the same kernel loading the activations from global memory;
     ring: the cp.async-ring kernel at every M (M tiles of 16; ring4: its
     build for 4 blocks per SM, <= 128 registers); mma: the
     register-ring kernel (M tiles of 32) at every M; tc: the shared-memory

@@ -47,6 +47,9 @@
 //   tiles that cross a warp's first-row limit. Row tiles run longest first.
 //   Rows of q_len == 1 sequences are skipped when the decode kernel takes
 //   them (G <= 16); with G > 16 the prefill kernel handles decode rows too.
+//   This is prefill "v1"; D 64 / 128 with scale > 0 run v2 instead
+//   (paged_attention_prefill_v2.cu: 128 rows per CTA, 32 per warp, same
+//   rows, masks and clamps) unless VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1.
 // * Q stays in registers for D <= 128, is re-read from shared memory per tile
 //   for D = 256 (register budget: the D = 256 accumulator alone is 128 fp32
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in

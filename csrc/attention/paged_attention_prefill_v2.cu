@@ -249,9 +249,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int j = 0; j < C::kNB; ++j)
         sc[mi][j][0] = sc[mi][j][1] = sc[mi][j][2] = sc[mi][j][3] = 0.f;
-    // Not unrolled when Q is re-read from shared memory: unrolled, the
+    // Unrolled by 2 only when Q is re-read from shared memory (the next
+    // step's fragments load under this step's mma): fully unrolled, the
     // compiler hoists every k step's fragments and spills.
-#pragma unroll(C::kQInRegs ? C::kKS : 1)
+#pragma unroll(C::kQInRegs ? C::kKS : 2)
     for (int ks = 0; ks < C::kKS; ++ks) {
       uint32_t a[C::kMT][4];
 #pragma unroll
@@ -421,6 +422,13 @@ void launch_prefill_v2(const Params& p, int64_t num_seqs, int64_t num_kv_heads,
         paged_attention_prefill_v2_kernel<T, D>,
         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
+  // All of the unified L1 / shared memory as shared memory (a hint): two
+  // CTAs of 96 KB per SM need ~194 KB; the kernel does not use L1 (cp.async
+  // .cg, no other global loads in the loop).
+  C10_CUDA_CHECK(
+      cudaFuncSetAttribute(paged_attention_prefill_v2_kernel<T, D>,
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared));
   const dim3 grid{unsigned(num_seqs), unsigned(num_kv_heads),
                   unsigned(row_tiles)};
   paged_attention_prefill_v2_kernel<T, D><<<grid, kThreads, bytes, stream>>>(p);

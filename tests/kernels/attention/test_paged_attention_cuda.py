@@ -399,11 +399,40 @@ def test_prefill_long(device: str) -> None:
     assert_attention_close(batch)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("device", CUDA)
+def test_prefill_out_4byte_aligned(device: str, head_dim: int) -> None:
+    """out views the kernels write directly that are 4-byte but not 16-byte
+    aligned (row strides of D + 2 elements; a start 4 bytes past a 16-byte
+    boundary): v2's 16-byte stores fall back to 4-byte ones, v1 stores 4
+    bytes anyway. The padding between rows stays NaN."""
+    lengths = [(150, 150), (1, 40), (20, 300)]
+    hq, hkv, d = 8, 2, head_dim
+    batch = make_batch(lengths, hq, hkv, d, 16, torch.float16, device=device, seed=29)
+    expected = batch.expected()
+    rows = batch.query.shape[0]
+    wide = torch.full(
+        (rows, hq, d + 2), float("nan"), dtype=batch.query.dtype, device=device
+    )
+    batch.out = wide[:, :, :d]
+    _run(batch)
+    assert_attention_close(batch, expected)
+    assert wide[:, :, d:].isnan().all()
+    flat = torch.full(
+        (rows * hq * d + 2,), float("nan"), dtype=batch.query.dtype, device=device
+    )
+    batch.out = flat[2:].view(rows, hq, d)
+    _run(batch)
+    assert_attention_close(batch, expected)
+    assert flat[:2].isnan().all()
+
+
 PREFILL_PATH_ENV = "VLLM_MYOPS_ATTENTION_CUDA_PREFILL"
 # The tests with prefill rows, in this file and in test_paged_attention.py.
 PREFILL_PATH_TESTS = (
     "test_prefill_tile_edges",
     "test_prefill_long",
+    "test_prefill_out_4byte_aligned",
     "test_block_table_read_ahead",
     "test_large_group",
     "test_strided_and_misaligned_views",

@@ -47,6 +47,9 @@
 //   tiles that cross a warp's first-row limit. Row tiles run longest first.
 //   Rows of q_len == 1 sequences are skipped when the decode kernel takes
 //   them (G <= 16); with G > 16 the prefill kernel handles decode rows too.
+//   This is prefill "v1"; D 64 / 128 with scale > 0 run v2 instead
+//   (paged_attention_prefill_v2.cu: 128 rows per CTA, 32 per warp, same
+//   rows, masks and clamps) unless VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1.
 // * Q stays in registers for D <= 128, is re-read from shared memory per tile
 //   for D = 256 (register budget: the D = 256 accumulator alone is 128 fp32
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
@@ -126,6 +129,8 @@
 
 #include "attention/attention_args.h"
 #include "attention/decode_split_counters.h"
+#include "attention/paged_attention_common.cuh"
+#include "core/env_choice.h"
 #include "cuda/mma_utils.cuh"
 #include "cuda/launch.cuh"
 #include "ops.h"
@@ -134,6 +139,7 @@ namespace vllm_myops {
 namespace {
 
 using namespace tc;
+using namespace attention_cuda;
 
 // ---- Tunables (to be tuned on the H200) -------------------------------------
 constexpr int kWarps = 4;
@@ -143,69 +149,6 @@ constexpr int kStages = 2;           // tiles in flight (cp.async groups)
 constexpr int kPrefillRows = 64;     // rows per prefill CTA (16 per warp)
 constexpr int kDecodeMaxGroup = 16;  // G the decode kernel takes (one m16)
 constexpr int kMaxSplits = 64;
-
-struct Params {
-  void* out;
-  int64_t out_s0, out_s1;  // elements
-  const void* query;
-  int64_t q_s0, q_s1;
-  const void* cache;
-  const int* qsl;
-  const int* seq_lens;
-  const int* table;
-  int64_t table_s0;
-  int max_blocks_per_seq;
-  int num_tokens;
-  int num_blocks;
-  int block_size;
-  cuda::FastDivmod block_div;  // by block_size (>= 2)
-  int num_kv_heads;
-  int group;  // G = H_q / H_kv
-  float scale_log2;
-  // Decode splits.
-  int splits;
-  int split_tokens;  // a multiple of kDecodeTileN
-  float* part_o;     // [B, H_q, splits, D]
-  float2* part_ml;   // [B, H_q, splits] (max, sum)
-  int* counters;     // [B, H_kv] splits finished; 0 between launches
-  bool skip_decode_rows;
-};
-
-// The sequence's clamped (q0, q_len, seq_len); see the file comment.
-struct SeqInfo {
-  int q0, q_len, seq_len;
-};
-
-__device__ __forceinline__ SeqInfo seq_info(const Params& p, int b) {
-  SeqInfo s;
-  s.q0 = p.qsl[b];
-  const int q1 = p.qsl[b + 1];
-  s.seq_len = max(0, min(p.seq_lens[b], p.max_blocks_per_seq * p.block_size));
-  if (s.q0 < 0 || s.q0 > p.num_tokens) {
-    s.q0 = 0;
-    s.q_len = 0;
-  } else {
-    s.q_len = max(0, min(min(q1, p.num_tokens) - s.q0, s.seq_len));
-  }
-  return s;
-}
-
-// 2^x (ex2.approx, ~2 ulp; 2^-inf = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
 
 template <int D, bool kDecode>
 struct Config {
@@ -275,14 +218,7 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
   const int* table = p.table + int64_t(b) * p.table_s0;
   // Token pos's (physical block, offset); phys -1 at or past `bound`.
   auto table_entry = [&](int pos, int bound, int& phys, int& off) {
-    phys = -1;
-    off = 0;
-    if (pos < bound) {
-      const int blk =
-          p.block_size == 1 ? pos : int(p.block_div.divide(uint32_t(pos)));
-      off = pos - blk * p.block_size;
-      phys = __ldg(table + blk);
-    }
+    attention_cuda::table_entry(p, table, pos, bound, phys, off);
   };
   // The first two tiles' entries are read before the sequence's lengths:
   // their positions depend only on the split (decode; prefill starts at 0)
@@ -732,6 +668,21 @@ int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
   return 1;
 }
 
+// The prefill kernel: v1 (64 rows per CTA, 16 per warp, the kernel above)
+// or v2 (128 rows per CTA, 32 per warp: paged_attention_prefill_v2.cu,
+// D 64 / 128 only; D = 256 always runs v1). Forced per process by
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1|v2 (read once); unset or "auto"
+// takes kPrefillDefault. v2 needs scale > 0; other scales run v1 too.
+enum class PrefillPath { kV1, kV2 };
+constexpr PrefillPath kPrefillDefault = PrefillPath::kV2;
+
+PrefillPath prefill_path() {
+  static const PrefillPath path =
+      env::choice("VLLM_MYOPS_ATTENTION_CUDA_PREFILL", kPrefillDefault,
+                  {{"v1", PrefillPath::kV1}, {"v2", PrefillPath::kV2}});
+  return path;
+}
+
 template <typename T, int D>
 void run_attention(const Params& base, const attention::AttentionShape& sh,
                    int64_t max_query_len, int64_t max_seq_len,
@@ -772,11 +723,23 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   if (max_query_len > 1 || !decode_kernel) {
-    const int64_t row_tiles =
-        (max_query_len * g + kPrefillRows - 1) / kPrefillRows;
+    // Parsed first: an unknown value is refused at any head dim. v2 folds
+    // the scale into its exponent after the row max: scale > 0 only.
+    const PrefillPath path = prefill_path();
+    const bool v2 = path == PrefillPath::kV2 && prefill_v2_supports(D) &&
+                    p.scale_log2 > 0.f;
+    const int rows = v2 ? kPrefillV2Rows : kPrefillRows;
+    const int64_t row_tiles = (max_query_len * g + rows - 1) / rows;
     TORCH_CHECK(row_tiles <= 65535, "paged_attention: max_query_len * ",
-                "num_heads / num_kv_heads must be <= ", 65535 * kPrefillRows,
+                "num_heads / num_kv_heads must be <= ", 65535 * rows,
                 " on CUDA, got ", max_query_len * g);
+    if constexpr (prefill_v2_supports(D)) {
+      if (v2) {
+        launch_prefill_v2<T, D>(p, sh.num_seqs, sh.num_kv_heads, row_tiles,
+                                stream);
+        return;
+      }
+    }
     prepare_kernel<T, D, false>();
     const dim3 grid(unsigned(sh.num_seqs), unsigned(sh.num_kv_heads),
                     unsigned(row_tiles));

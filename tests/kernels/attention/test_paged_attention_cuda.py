@@ -15,10 +15,19 @@ the device-parametrized tests in test_paged_attention.py do not reach:
 - hints larger than the true maxima;
 - CUDA-graph capture without a host sync, replayed on new inputs;
 - paged_kv_write: a slot past the cache is skipped (CPU raises; CUDA cannot
-  check without a device->host copy), unaligned key rows.
+  check without a device->host copy), unaligned key rows;
+- the prefill kernels' tile edges (row tiles of 64 / 128 packed (token, q
+  head) rows, 64-token KV tiles, block sizes below, at and above a tile),
+  and each prefill kernel (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1 / v2) on
+  every prefill test, rerun in a subprocess.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +35,7 @@ import torch
 import vllm_myops._custom_ops as ops
 from tests.kernels import contract
 from tests.kernels.attention.inputs import assert_attention_close, make_batch
-from tests.kernels.utils import cuda_devices, scoped
+from tests.kernels.utils import cuda_devices, current_scope, scoped
 
 CUDA = cuda_devices()
 
@@ -317,3 +326,171 @@ def test_kv_write_unaligned_rows(device: str) -> None:
     for i, s in enumerate(slots.tolist()):
         assert torch.equal(cache[0, :, s, :d], key[i])
         assert torch.equal(cache[0, :, s, d:], value[i])
+
+
+# ---------------------------------------------------------------------------
+# The prefill kernels: v1 (64 rows per CTA, 16 per warp) and v2 (128 rows per
+# CTA, 32 per warp; D 64 / 128, scale > 0; D 256 always v1).
+# VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces one per process.
+# ---------------------------------------------------------------------------
+# (heads, head_dim, block_size, dtype): G = 1, 3, 4, 8; block sizes below a
+# 64-token tile, at it, above it, and not powers of two.
+_PREFILL_EDGE_QUICK = [
+    ((32, 8), 128, 16, torch.bfloat16),
+    ((9, 3), 64, 16, torch.float16),
+    ((8, 8), 128, 64, torch.float16),
+    ((16, 2), 64, 7, torch.bfloat16),
+    ((8, 1), 128, 128, torch.bfloat16),
+    ((12, 4), 128, 48, torch.float16),
+]
+_PREFILL_EDGE_FULL = [
+    (heads, d, bs, dtype)
+    for heads in ((8, 8), (9, 3), (32, 8), (16, 2))
+    for d in (64, 128)
+    for bs in (16, 32, 64, 128, 7, 48)
+    for dtype in (torch.bfloat16, torch.float16)
+]
+PREFILL_EDGE_CASES = scoped(quick=_PREFILL_EDGE_QUICK, full=_PREFILL_EDGE_FULL)
+
+
+def _prefill_edge_id(case: tuple) -> str:
+    (hq, hkv), d, bs, dtype = case
+    return f"{hq}q{hkv}kv-d{d}-bs{bs}-{str(dtype).removeprefix('torch.')}"
+
+
+@pytest.mark.parametrize(
+    "case", PREFILL_EDGE_CASES, ids=[_prefill_edge_id(c) for c in PREFILL_EDGE_CASES]
+)
+@pytest.mark.parametrize("device", CUDA)
+def test_prefill_tile_edges(device: str, case: tuple) -> None:
+    """Prefill rows across the kernels' tile edges: whole prefills of q_len
+    at, below and above a row tile (128 / G tokens for v2, 64 / G for v1) and
+    not a multiple of it, the last row tile holding one row; chunked
+    prefills (q_len < seq_len) whose cached context is not a multiple of
+    the 64-token KV tile nor of the block; a long context (many tiles
+    skipped by no row, the diagonal crossing two KV tiles); decode rows and
+    an empty sequence beside them."""
+    (hq, hkv), d, bs, dtype = case
+    lengths = [
+        (200, 200),
+        (129, 1000),
+        (1, 77),
+        (64, 64),
+        (128, 128),
+        (300, 2100),
+        (17, 4000),
+        (0, 10),
+        (43, 43),
+        (1, 1),
+    ]
+    batch = make_batch(lengths, hq, hkv, d, bs, dtype, device=device, seed=17)
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("device", CUDA)
+def test_prefill_long(device: str) -> None:
+    """One long prefill (32 / 8 heads, D 128: the benchmark's shape) and a
+    long chunked prefill at a context that is not a multiple of 64: many
+    row tiles in longest-first order, most KV tiles unmasked."""
+    lengths = [(2500, 2500), (700, 3001)]
+    batch = make_batch(lengths, 32, 8, 128, 16, torch.bfloat16, device=device, seed=23)
+    _run(batch)
+    assert_attention_close(batch)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("device", CUDA)
+def test_prefill_out_4byte_aligned(device: str, head_dim: int) -> None:
+    """out views the kernels write directly that are 4-byte but not 16-byte
+    aligned (row strides of D + 2 elements; a start 4 bytes past a 16-byte
+    boundary): v2's 16-byte stores fall back to 4-byte ones, v1 stores 4
+    bytes anyway. The padding between rows stays NaN."""
+    lengths = [(150, 150), (1, 40), (20, 300)]
+    hq, hkv, d = 8, 2, head_dim
+    batch = make_batch(lengths, hq, hkv, d, 16, torch.float16, device=device, seed=29)
+    expected = batch.expected()
+    rows = batch.query.shape[0]
+    wide = torch.full(
+        (rows, hq, d + 2), float("nan"), dtype=batch.query.dtype, device=device
+    )
+    batch.out = wide[:, :, :d]
+    _run(batch)
+    assert_attention_close(batch, expected)
+    assert wide[:, :, d:].isnan().all()
+    flat = torch.full(
+        (rows * hq * d + 2,), float("nan"), dtype=batch.query.dtype, device=device
+    )
+    batch.out = flat[2:].view(rows, hq, d)
+    _run(batch)
+    assert_attention_close(batch, expected)
+    assert flat[:2].isnan().all()
+
+
+PREFILL_PATH_ENV = "VLLM_MYOPS_ATTENTION_CUDA_PREFILL"
+# The tests with prefill rows, in this file and in test_paged_attention.py.
+PREFILL_PATH_TESTS = (
+    "test_prefill_tile_edges",
+    "test_prefill_long",
+    "test_prefill_out_4byte_aligned",
+    "test_block_table_read_ahead",
+    "test_large_group",
+    "test_strided_and_misaligned_views",
+    "test_hints_larger_than_maxima",
+    "test_cuda_graph_replay",
+)
+PREFILL_PATH_TESTS_COMMON = (
+    "test_paged_attention_values",
+    "test_context_lengths_around_blocks",
+    "test_extreme_logits",
+    "test_context_split",
+)
+_COMMON_FILE = Path(__file__).resolve().parent / "test_paged_attention.py"
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["v1", "v2"])
+def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
+    """v1: the 64-row prefill kernel at every head dim; v2: the 128-row one
+    at D 64 / 128 (D 256 runs v1 under every value). The default run covers
+    only the default path; these reruns hold both to the same fp64
+    reference and tolerance on every test with prefill rows."""
+    common = " or ".join(PREFILL_PATH_TESTS_COMMON)
+    passed, output = contract.rerun_tests(
+        Path(__file__).resolve(),
+        PREFILL_PATH_TESTS,
+        env={PREFILL_PATH_ENV: path},
+        scope=current_scope(),
+        junit_xml=tmp_path / "junit.xml",
+        device_keyword="cuda",
+        extra_files=(_COMMON_FILE,),
+        extra_selection=f"(({common}) and cuda)",
+    )
+    for name in PREFILL_PATH_TESTS_COMMON:
+        assert passed.get(name, 0) > 0, f"no cuda case of {name} ran\n{output}"
+
+
+@needs_cuda
+def test_cuda_prefill_path_env_rejects_unknown() -> None:
+    """A prefill call in a process with an unknown value fails, and the
+    error names the variable and the value."""
+    bad = "v9000"
+    code = (
+        "import torch, vllm_myops._custom_ops as ops\n"
+        "from tests.kernels.attention.inputs import make_batch\n"
+        "b = make_batch([(5, 9)], 8, 2, 64, 16, torch.bfloat16, device='cuda')\n"
+        "ops.paged_attention(*b.args())\n"
+        "torch.cuda.synchronize()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, **{PREFILL_PATH_ENV: bad}),
+        cwd=contract.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert PREFILL_PATH_ENV in proc.stderr and bad in proc.stderr, proc.stderr

@@ -672,15 +672,24 @@ int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
 // or v2 (128 rows per CTA, 32 per warp: paged_attention_prefill_v2.cu,
 // D 64 / 128 only; D = 256 always runs v1). Forced per process by
 // VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1|v2 (read once); unset or "auto"
-// takes kPrefillDefault. v2 needs scale > 0; other scales run v1 too.
-enum class PrefillPath { kV1, kV2 };
-constexpr PrefillPath kPrefillDefault = PrefillPath::kV2;
+// chooses by head dim and query length (prefill_v2_by_default). v2 needs
+// scale > 0; other scales run v1 too.
+enum class PrefillPath { kAuto, kV1, kV2 };
 
 PrefillPath prefill_path() {
   static const PrefillPath path =
-      env::choice("VLLM_MYOPS_ATTENTION_CUDA_PREFILL", kPrefillDefault,
+      env::choice("VLLM_MYOPS_ATTENTION_CUDA_PREFILL", PrefillPath::kAuto,
                   {{"v1", PrefillPath::kV1}, {"v2", PrefillPath::kV2}});
   return path;
+}
+
+// "auto": v2 for D = 128 from 1024 query tokens. On the H200 (bf16, block
+// 16, NOTES §10) v2 was 1.05-1.12x faster than v1 at 32/8 x 128 from 2048
+// tokens, 1.04x at 4 x 512 and 0.65x at 1 x 512 (half the CTAs of v1);
+// at 9/3 x 64 it was slower (0.68-0.94x) up to 2048 and even at 8192.
+constexpr int64_t kPrefillV2MinQueryLen = 1024;
+constexpr bool prefill_v2_by_default(int d, int64_t max_query_len) {
+  return d == 128 && max_query_len >= kPrefillV2MinQueryLen;
 }
 
 template <typename T, int D>
@@ -726,8 +735,10 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     // Parsed first: an unknown value is refused at any head dim. v2 folds
     // the scale into its exponent after the row max: scale > 0 only.
     const PrefillPath path = prefill_path();
-    const bool v2 = path == PrefillPath::kV2 && prefill_v2_supports(D) &&
-                    p.scale_log2 > 0.f;
+    const bool want_v2 =
+        path == PrefillPath::kV2 ||
+        (path == PrefillPath::kAuto && prefill_v2_by_default(D, max_query_len));
+    const bool v2 = want_v2 && prefill_v2_supports(D) && p.scale_log2 > 0.f;
     const int rows = v2 ? kPrefillV2Rows : kPrefillRows;
     const int64_t row_tiles = (max_query_len * g + rows - 1) / rows;
     TORCH_CHECK(row_tiles <= 65535, "paged_attention: max_query_len * ",

@@ -97,7 +97,11 @@ using namespace w4a16::dev;  // the helpers shared with the tc kernel
 // cuBLAS, which the dequant pass (~109 us there) pays back up to M ~ 700:
 // hence kTcMaxM, an estimate to be measured on the H200.
 constexpr int64_t kDequantMinM = 64;
-constexpr int64_t kTcMinM = 17, kTcMaxM = 768;  // "auto": tc for [min, max)
+// "auto": tc for [kTcMinM, kTcMaxM). H200, bf16 g128 (NOTES §8): tc 89.5 /
+// 49.0 us at M = 64 against dequant + cuBLAS 173.5 / 95.2 (28672x4096 /
+// 4096x14336), but 261 / 162 against 200 / 108 at M = 256; linear in M
+// between them, the two cross near M = 150-180.
+constexpr int64_t kTcMinM = 17, kTcMaxM = 160;
 // Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
 // one n-tile's M tiles run together, so all but the first read B from L2).
 constexpr int64_t kRingMaxM = 16;
@@ -488,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         } else if (i + 1 < count) {
 #pragma unroll
           for (int s = 0; s < layout::kSteps; ++s) {
-            load_a_frag<T>(p, 0,
+            load_a_frag<T>(p, row0,
                            (first + (i + 1) * kWarps) * layout::kTileK + 16 * s,
                            lane, a_next[s]);
           }

@@ -1045,6 +1045,43 @@ int choose_splits(int64_t base_blocks, int k_tiles, int64_t slots,
   return 1;
 }
 
+// Rows of `a` as 16-byte copies: every 8-element chunk of a row aligned,
+// inside K or past it (k >= K must read 0, so K % 8 == 0). The swap kernel's
+// activation ring and the tc kernel's cp.async path need it.
+bool a_rows_copy16(const void* a, int64_t a_stride, int64_t k) {
+  return reinterpret_cast<uintptr_t>(a) % 16 == 0 && a_stride % 8 == 0 &&
+         k % 8 == 0;
+}
+
+// The launch description every GEMM kernel takes (out / workspace set by
+// the caller). An M = 1 row's stride is K (any view of one row).
+GemmArgs gemm_args(const at::Tensor& a, const at::Tensor& b_packed,
+                   const at::Tensor& scales,
+                   const std::optional<at::Tensor>& zeros,
+                   const std::optional<at::Tensor>& bias,
+                   const w4a16::GemmShape& shape, int group_rows, int k_tiles,
+                   int kt_per_split, int splits) {
+  GemmArgs args{};
+  args.a = a.data_ptr();
+  args.a_stride = shape.m > 1 ? a.stride(0) : shape.k;
+  args.b = reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>());
+  args.scales = scales.data_ptr();
+  args.zeros = zeros.has_value() ? zeros->data_ptr() : nullptr;
+  args.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  args.m = static_cast<int>(shape.m);
+  args.k = static_cast<int>(shape.k);
+  args.n = static_cast<int>(shape.n);
+  args.group_size = group_rows;
+  args.groups = static_cast<int>(shape.groups);
+  args.k_tiles = k_tiles;
+  args.kt_per_split = kt_per_split;
+  args.splits = splits;
+  args.a_aligned4 =
+      reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
+  args.a_aligned16 = a_rows_copy16(args.a, args.a_stride, shape.k);
+  return args;
+}
+
 template <typename T>
 void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
@@ -1054,10 +1091,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int m = static_cast<int>(shape.m);
   const int64_t a_stride = m > 1 ? a.stride(0) : shape.k;
-  // Every 8-element chunk of a row a 16-byte aligned copy, inside K or past
-  // it (k >= K must read 0): the swap kernel's activation ring.
-  const bool act_ring = reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 == 0 &&
-                        a_stride % 8 == 0 && shape.k % 8 == 0;
+  const bool act_ring = a_rows_copy16(a.data_ptr(), a_stride, shape.k);
   const GemmKernel kern = gemm_kernel_for<T>(path, group_rows, act_ring);
   const int m_blocks = (m + kern.rows_per_block - 1) / kern.rows_per_block;
   const int n_tiles = static_cast<int>(shape.n_tiles);
@@ -1073,24 +1107,8 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   const int kt_per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
 
-  GemmArgs args{};
-  args.a = a.data_ptr();
-  args.a_stride = a_stride;
-  args.b = reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>());
-  args.scales = scales.data_ptr();
-  args.zeros = zeros.has_value() ? zeros->data_ptr() : nullptr;
-  args.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  args.m = m;
-  args.k = static_cast<int>(shape.k);
-  args.n = static_cast<int>(shape.n);
-  args.group_size = group_rows;
-  args.groups = static_cast<int>(shape.groups);
-  args.k_tiles = k_tiles;
-  args.kt_per_split = kt_per_split;
-  args.splits = splits;
-  args.a_aligned4 =
-      reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
-  args.a_aligned16 = false;  // the tc kernel's flag
+  GemmArgs args = gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
+                            k_tiles, kt_per_split, splits);
 
   const auto launch = [&](const GemmArgs& launch_args) {
     const dim3 grid(m_blocks, n_tiles, launch_args.splits);
@@ -1274,25 +1292,8 @@ void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   const int kt_per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
 
-  GemmArgs args{};
-  args.a = a.data_ptr();
-  args.a_stride = m > 1 ? a.stride(0) : shape.k;
-  args.b = reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>());
-  args.scales = scales.data_ptr();
-  args.zeros = zeros.has_value() ? zeros->data_ptr() : nullptr;
-  args.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  args.m = m;
-  args.k = static_cast<int>(shape.k);
-  args.n = static_cast<int>(shape.n);
-  args.group_size = group_rows;
-  args.groups = static_cast<int>(shape.groups);
-  args.k_tiles = k_tiles;
-  args.kt_per_split = kt_per_split;
-  args.splits = splits;
-  args.a_aligned4 =
-      reinterpret_cast<uintptr_t>(args.a) % 4 == 0 && args.a_stride % 2 == 0;
-  args.a_aligned16 = reinterpret_cast<uintptr_t>(args.a) % 16 == 0 &&
-                     args.a_stride % 8 == 0 && args.k % 8 == 0;
+  GemmArgs args = gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
+                            k_tiles, kt_per_split, splits);
 
   at::Tensor workspace;
   if (splits == 1) {

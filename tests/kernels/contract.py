@@ -440,3 +440,19 @@ def rows_around_2_31(rows: int, width: int) -> list[int]:
             rows - 1,
         }
     )
+
+
+def assert_env_value_refused(code: str, env_name: str, bad: str) -> None:
+    """`code` (a Python program calling an op) run in a fresh process with
+    `env_name`=`bad` fails, and its error names the variable and the value
+    (forced-path variables are read once per process, hence the process)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, **{env_name: bad}),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert env_name in proc.stderr and bad in proc.stderr, proc.stderr

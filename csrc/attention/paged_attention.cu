@@ -47,9 +47,10 @@
 //   tiles that cross a warp's first-row limit. Row tiles run longest first.
 //   Rows of q_len == 1 sequences are skipped when the decode kernel takes
 //   them (G <= 16); with G > 16 the prefill kernel handles decode rows too.
-//   This is prefill "v1"; D 64 / 128 with scale > 0 run v2 instead
-//   (paged_attention_prefill_v2.cu: 128 rows per CTA, 32 per warp, same
-//   rows, masks and clamps) unless VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1.
+//   This is prefill "v1"; D = 128 from 1024 query tokens (scale > 0) runs
+//   v2 instead (paged_attention_prefill_v2.cu: 128 rows per CTA, 32 per
+//   warp, same rows, masks and clamps; prefill_v2_by_default below), and
+//   VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1|v2 forces one (v2: D 64 / 128).
 // * Q stays in registers for D <= 128, is re-read from shared memory per tile
 //   for D = 256 (register budget: the D = 256 accumulator alone is 128 fp32
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
@@ -616,14 +617,8 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
 
 template <typename T, int D, bool kDecode>
 void prepare_kernel() {
-  // Above 48 KB of dynamic shared memory a kernel must opt in (per device;
-  // cheap, no stream work, allowed during graph capture).
-  constexpr int bytes = Config<D, kDecode>::kSmemBytes;
-  if constexpr (bytes > 48 * 1024) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(
-        paged_attention_kernel<T, D, kDecode>,
-        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
+  cuda::allow_dynamic_smem<paged_attention_kernel<T, D, kDecode>>(
+      Config<D, kDecode>::kSmemBytes);
 }
 
 // Resident decode CTAs per SM (asked once per instantiation; the process

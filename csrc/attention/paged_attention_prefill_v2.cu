@@ -41,6 +41,7 @@
 #include <cuda_fp16.h>
 
 #include "attention/paged_attention_common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/mma_utils.cuh"
 #include "cuda/vectorized_access.cuh"
 
@@ -415,13 +416,7 @@ template <typename T, int D>
 void launch_prefill_v2(const Params& p, int64_t num_seqs, int64_t num_kv_heads,
                        int64_t row_tiles, cudaStream_t stream) {
   constexpr int bytes = V2Config<D>::kSmemBytes;
-  // Above 48 KB of dynamic shared memory a kernel must opt in (per device;
-  // cheap, no stream work, allowed during graph capture).
-  if constexpr (bytes > 48 * 1024) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(
-        paged_attention_prefill_v2_kernel<T, D>,
-        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
+  cuda::allow_dynamic_smem<paged_attention_prefill_v2_kernel<T, D>>(bytes);
   // All of the unified L1 / shared memory as shared memory (a hint): two
   // CTAs of 96 KB per SM need ~194 KB; the kernel does not use L1 (cp.async
   // .cg, no other global loads in the loop).

@@ -75,6 +75,17 @@ inline bool pdl_allowed_on_current_device() {
   return !disabled_by_env && at::cuda::getCurrentDeviceProperties()->major >= 9;
 }
 
+// Lets kKernel launch with `bytes` of dynamic shared memory: above the
+// default 48 KB a kernel must opt in (a per-device attribute; cheap, no
+// stream work, allowed during graph capture).
+template <auto kKernel>
+void allow_dynamic_smem(int bytes) {
+  if (bytes > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(
+        kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  }
+}
+
 template <auto kKernel>
 bool kernel_binary_has_pdl_wait() {
   // Asked once per kernel, on the first device that launches it.

@@ -9,16 +9,16 @@
 // n8 blocks of that step, so B goes from global memory straight to registers
 // (no shared memory, no ldmatrix for B), read once, coalesced.
 //
-// Paths by M (constants below, to be tuned on the H200):
+// Paths by M under "auto" (constants below, measured on the H200):
 //   M = 0                   empty output, no launch.
-//   1 <= M < kDequantMinM   tensor-core kernels: w4a16_swap_kernel for
-//                           M <= 16 (out^T = W^T a^T: the codes are the mma's
-//                           A operand, scales and zeros applied per group to
-//                           fp32 sums; B through a per-warp cp.async ring in
-//                           shared memory), w4a16_mma_kernel with M tiles of
-//                           16 * kMaxMTiles above (B in a register ring;
-//                           w4a16_decode_kernel is its cp.async-ring variant
-//                           for M tiles of 16, kept as a forced path).
+//   1 <= M <= kRingMaxM     tensor-core decode kernels: w4a16_swap_kernel for
+//                           M <= kSwapMaxM (out^T = W^T a^T: the codes are the
+//                           mma's A operand, scales and zeros applied per group
+//                           to fp32 sums; B through a per-warp cp.async ring in
+//                           shared memory), w4a16_decode_kernel (its 4-blocks
+//                           build, M tiles of 16) above. w4a16_mma_kernel (M
+//                           tiles of 16 * kMaxMTiles, B in a register ring)
+//                           is a forced path only.
 //                           A block is 4 warps on one (n-tile, M-tile,
 //                           K-split); the warps split the k-tiles of the
 //                           split and are summed in shared memory in a fixed
@@ -32,14 +32,12 @@
 //                           order, adds the bias and rounds once
 //                           (deterministic, no host sync, CUDA-graph
 //                           capturable).
-//   kTcMinM <= M < kTcMaxM  (taken first under "auto": overlaps the rows
-//                           above and below)
-//                           w4a16_tc_kernel (cuda/w4a16_tc_gemm.cuh): A and
+//   kRingMaxM < M < kTcMaxM w4a16_tc_kernel (cuda/w4a16_tc_gemm.cuh): A and
 //                           B through a cp.async pipeline in shared memory,
 //                           blocks of 32 / 64 rows x 256 columns, split-K
 //                           (the same workspace and reduce kernel) from a
 //                           cost model (choose_tc_splits).
-//   M >= kDequantMinM       dequantize W to a's dtype (one kernel), then
+//   M >= kTcMaxM            dequantize W to a's dtype (one kernel), then
 //                           cuBLAS through at::mm / at::addmm, so large M is
 //                           never much slower than bf16.
 //
@@ -56,7 +54,6 @@
 // G - 1 for the padding rows; stores past M / N are skipped.
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -64,13 +61,13 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "core/env_choice.h"
 #include "cuda/dispatch_utils.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/mma_utils.cuh"
 #include "ops.h"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
@@ -85,23 +82,13 @@ namespace layout = w4a16::cuda_layout;
 using namespace w4a16::dev;  // the helpers shared with the tc kernel
 
 // ---- Tunables ---------------------------------------------------------------
-// M from which dequant + cuBLAS is used. Above M = 16 the mma kernel loads A
-// fragments from global memory at every k16 step and re-reads W once per
-// 32-row M tile; the dequant pass costs a read of W plus a write of it in a's
-// dtype. On the H200 the two paths cross near M = 64 (NOTES §8). Under
-// "auto" the tc kernel (cuda/w4a16_tc_gemm.cuh) takes kTcMinM <= M < kTcMaxM
-// first: A and B through shared memory, each code dequantized once per
-// block of 32 / 64 rows, so above M = 16 it does less work per mma than the
-// mma kernel. Its mma rate (mma.sync plus the in-register dequant, expected
-// ~0.7 of cuBLAS's wgmma rate) loses ~0.15 us per row at 28672x4096 against
-// cuBLAS, which the dequant pass (~109 us there) pays back up to M ~ 700:
-// hence kTcMaxM, an estimate to be measured on the H200.
-constexpr int64_t kDequantMinM = 64;
-// "auto": tc for [kTcMinM, kTcMaxM). H200, bf16 g128 (NOTES §8): tc 89.5 /
-// 49.0 us at M = 64 against dequant + cuBLAS 173.5 / 95.2 (28672x4096 /
-// 4096x14336), but 261 / 162 against 200 / 108 at M = 256; linear in M
-// between them, the two cross near M = 150-180.
-constexpr int64_t kTcMinM = 17, kTcMaxM = 160;
+// M from which dequant + cuBLAS is used; the tc kernel (A and B through
+// shared memory, each code dequantized once per block of 32 / 64 rows) runs
+// above kRingMaxM and below it. H200, bf16 g128 (NOTES §8): tc 89.5 / 49.0 us
+// at M = 64 against dequant + cuBLAS 173.5 / 95.2 (28672x4096 / 4096x14336),
+// tied at M = 160 (179.2 / 98.7 against 177.7 / 98.9), 261 / 162 against
+// 200 / 108 at M = 256.
+constexpr int64_t kTcMaxM = 160;
 // Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
 // one n-tile's M tiles run together, so all but the first read B from L2).
 constexpr int64_t kRingMaxM = 16;
@@ -947,8 +934,7 @@ __global__ void __launch_bounds__(kDequantThreads)
 // "tc" (w4a16_tc_kernel, run_tc_gemm: its build by M and cost model; "tc4" /
 // "tc8": the 64-row build of 4 / 8 warps at every M) or "dequant" (dequant
 // + cuBLAS); unset
-// or "auto" chooses by M (kSwapMaxM, kRingMaxM, kTcMinM / kTcMaxM,
-// kDequantMinM).
+// or "auto" chooses by M (kSwapMaxM, kRingMaxM, kTcMaxM).
 enum class CudaPath {
   kAuto,
   kSwap,
@@ -1082,6 +1068,21 @@ GemmArgs gemm_args(const at::Tensor& a, const at::Tensor& b_packed,
   return args;
 }
 
+// The split-K second pass: out = T(sum of the splits' fp32 workspace slices
+// in split order + bias).
+template <typename T>
+void reduce_splits(const GemmArgs& args, at::Tensor& out, cudaStream_t stream) {
+  const int64_t mn = static_cast<int64_t>(args.m) * args.n;
+  constexpr int kReduceThreads = 256;
+  const int64_t blocks =
+      std::min<int64_t>(w4a16::ceil_div(mn, kReduceThreads), int64_t{1} << 16);
+  w4a16_splitk_reduce_kernel<T>
+      <<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
+          args.workspace, static_cast<const T*>(args.bias),
+          static_cast<T*>(out.data_ptr()), mn, args.n, args.splits);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename T>
 void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
@@ -1125,16 +1126,7 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   args.workspace = workspace.data_ptr<float>();
   args.out = nullptr;
   launch(args);
-
-  const int64_t mn = shape.m * shape.n;
-  constexpr int kReduceThreads = 256;
-  const int64_t blocks =
-      std::min<int64_t>(w4a16::ceil_div(mn, kReduceThreads), int64_t{1} << 16);
-  w4a16_splitk_reduce_kernel<T>
-      <<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
-          args.workspace, static_cast<const T*>(args.bias),
-          static_cast<T*>(out.data_ptr()), mn, args.n, splits);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  reduce_splits<T>(args, out, stream);
 }
 
 // ---- The tc path (cuda/w4a16_tc_gemm.cuh) ----------------------------------
@@ -1220,16 +1212,7 @@ TcPlan choose_tc_splits(const TcKernel& kern, int64_t base_blocks, int k_tiles,
 template <typename T, class C, int kMinBlocks>
 TcKernel tc_kernel() {
   constexpr auto kKernel = w4a16::tc_gemm::w4a16_tc_kernel<T, C, kMinBlocks>;
-  // The dynamic shared-memory limit is a per-device attribute: set once per
-  // device (up to 64; more are set on every call).
-  static std::atomic<uint64_t> smem_set{0};
-  const int device = c10::cuda::current_device();
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (smem_set.load(std::memory_order_relaxed) & bit) == 0) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(
-        kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    smem_set.fetch_or(bit, std::memory_order_relaxed);
-  }
+  cuda::allow_dynamic_smem<kKernel>(C::kSmemBytes);
   static const int blocks = [] {
     int b = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -1307,16 +1290,7 @@ void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   kern.kernel<<<grid, kern.threads, kern.smem_bytes, stream>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (splits == 1) return;
-
-  const int64_t mn = shape.m * shape.n;
-  constexpr int kReduceThreads = 256;
-  const int64_t blocks =
-      std::min<int64_t>(w4a16::ceil_div(mn, kReduceThreads), int64_t{1} << 16);
-  w4a16_splitk_reduce_kernel<T>
-      <<<static_cast<unsigned>(blocks), kReduceThreads, 0, stream>>>(
-          args.workspace, static_cast<const T*>(args.bias),
-          static_cast<T*>(out.data_ptr()), mn, args.n, splits);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  reduce_splits<T>(args, out, stream);
 }
 
 CudaPath forced_cuda_path() {
@@ -1339,8 +1313,7 @@ CudaPath cuda_path_for(int64_t m) {
   if (f != CudaPath::kAuto) return f;
   if (m <= kSwapMaxM) return CudaPath::kSwap;
   if (m <= kRingMaxM) return CudaPath::kRing4;
-  if (kTcMinM <= m && m < kTcMaxM) return CudaPath::kTc;
-  return m < kDequantMinM ? CudaPath::kMma : CudaPath::kDequant;
+  return m < kTcMaxM ? CudaPath::kTc : CudaPath::kDequant;
 }
 
 bool aligned16(const void* p) {

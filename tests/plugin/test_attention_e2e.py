@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``--attention-backend CUSTOM`` end to end on the CPU: SmolLM2-135M-Instruct
+"""``--attention-backend CUSTOM`` end to end (on CUDA against FLASH_ATTN with
+CUDA graphs, see NATIVE below; on the CPU as follows): SmolLM2-135M-Instruct
 (bf16, head_dim 64, 9 q / 3 kv heads, 30 layers) teacher-forced over the
 whole real-text corpus (tests/data/real_text, as in test_plugin_real_text)
 in windows of WINDOW = 2048 tokens (two full windows and one of 639: 4732
@@ -59,6 +60,7 @@ is replaced under the workers): rerun.
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -112,6 +114,25 @@ MEAN_LP_DIFF_VS_FLOOR = 1.5
 MAX_DRIFT_RATIO = 1.5
 
 
+def _on_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# Where vLLM runs on a GPU (the H200 with the carried vLLM 0.24) the
+# reference is FLASH_ATTN, and both run vLLM's default mode (torch.compile +
+# CUDA graphs), as served; on CPU vLLM-CPU's own CPU_ATTN, eager (start-up
+# cost on 2 cores). The thresholds above are the same bf16 noise floor on
+# both: neither kernel is expected nearer to fp32 than one bf16 rounding of
+# the logits.
+ON_CUDA = _on_cuda()
+NATIVE = "FLASH_ATTN" if ON_CUDA else "CPU_ATTN"
+NATIVE_ARG = "FLASH_ATTN" if ON_CUDA else None  # None: vLLM's default
+MODE = "compile" if ON_CUDA else "eager"
+HF_DEVICE = "cuda" if ON_CUDA else "cpu"
+
+
 def _windows(model: Path, window: int, count: int | None) -> list[list[int]]:
     from transformers import AutoTokenizer
 
@@ -140,7 +161,7 @@ def attention_runs(smollm2_model: Path, tiny_models, tmp_path_factory) -> dict:
             "model": str(model),
             "prompts": str(prompts[name.split("-")[0]]),
             "attention_backend": backend,
-            "mode": "eager",
+            "mode": MODE,
         }
 
     runs_file = work / "runs.json"
@@ -148,7 +169,7 @@ def attention_runs(smollm2_model: Path, tiny_models, tmp_path_factory) -> dict:
         json.dumps(
             [
                 spec("smollm2-custom", smollm2_model, "CUSTOM"),
-                spec("smollm2-default", smollm2_model, None),
+                spec("smollm2-default", smollm2_model, NATIVE_ARG),
                 {
                     **spec("qwen3-custom", qwen3, "CUSTOM"),
                     "max_model_len": QWEN3_MAX_MODEL_LEN,
@@ -168,7 +189,7 @@ def attention_runs(smollm2_model: Path, tiny_models, tmp_path_factory) -> dict:
         path = work / f"hf_{name}.json"
         run_python(
             ["-m", "tests.plugin._hf_reference_run", "--model", str(model),
-             "--teacher-prompts", str(prompts[name]), "--device", "cpu",
+             "--teacher-prompts", str(prompts[name]), "--device", HF_DEVICE,
              "--out", str(path)],
             timeout=1200, env=subprocess_env(OMP_NUM_THREADS="1"),
         )  # fmt: skip
@@ -214,7 +235,11 @@ def _check_agreement(c: dict) -> None:
 def test_our_backend_ran_every_attention_call(attention_runs, name, layers):
     """Counted inside forward: one call per layer per step, and its rows are
     exactly every token vLLM ran (the prompts, then MAX_TOKENS - 1 decode
-    steps per prompt: the last sampled token is never fed back)."""
+    steps per prompt: the last sampled token is never fed back). Under CUDA
+    graphs a decode-only step replays a captured graph (the backend declares
+    UNIFORM_SINGLE_TOKEN_DECODE), so forward, and its counter, runs only for
+    the steps with prefill rows: every prompt token is counted, not every
+    decode token."""
     run = attention_runs["runs"][name]
     log = attention_runs["logs"][name]
     before = run["stats_before"]["calls"]["paged_attention"]["myops"]
@@ -223,8 +248,11 @@ def test_our_backend_ran_every_attention_call(attention_runs, name, layers):
     rows -= run["stats_before"]["rows"]["paged_attention"]["myops"]
     tokens = sum(run["prompt_lens"]) + len(run["prompt_lens"]) * (MAX_TOKENS - 1)
     assert calls > 0 and calls % layers == 0, calls
-    assert rows == layers * tokens, (rows, layers, tokens)
-    assert "Using AttentionBackendEnum.CUSTOM backend (vllm-myops) on CPU" in log
+    if ON_CUDA:
+        assert layers * sum(run["prompt_lens"]) <= rows <= layers * tokens, rows
+    else:
+        assert rows == layers * tokens, (rows, layers, tokens)
+        assert "Using AttentionBackendEnum.CUSTOM backend (vllm-myops) on CPU" in log
     assert "vllm-myops: attention backend CUSTOM" in log
     assert "runs _myops_C.paged_kv_write + _myops_C.paged_attention" in log
     assert "Cannot use AttentionBackendEnum.CUSTOM" not in log
@@ -236,21 +264,23 @@ def test_default_backend_is_not_ours(attention_runs):
     assert run["stats_after"]["calls"]["paged_attention"]["myops"] == 0
     assert "vllm-myops: attention backend CUSTOM" not in log
     assert "(vllm-myops) on CPU" not in log
+    if ON_CUDA:
+        assert re.search(r"Using \S*FLASH_ATTN backend", log), log[-2000:]
 
 
-def test_smollm2_agreement_with_cpu_attn(attention_runs):
+def test_smollm2_agreement_with_native(attention_runs):
     runs = attention_runs["runs"]
     c = teacher_forced.compare(
         runs["smollm2-custom"]["teacher"],
         runs["smollm2-default"]["teacher"],
         DECISIVE_MARGIN,
     )
-    print(teacher_forced.report("attention", "SmolLM2 CUSTOM vs CPU_ATTN", c))
+    print(teacher_forced.report("attention", f"SmolLM2 CUSTOM vs {NATIVE}", c))
     _check_agreement(c)
     assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF, c
 
 
-def test_smollm2_vs_hf_fp32_within_the_cpu_attn_floor(attention_runs):
+def test_smollm2_vs_hf_fp32_within_the_native_floor(attention_runs):
     runs, hf = attention_runs["runs"], attention_runs["refs"]["smollm2"]["teacher"]
     mine = teacher_forced.compare(
         runs["smollm2-custom"]["teacher"], hf, DECISIVE_MARGIN
@@ -259,7 +289,9 @@ def test_smollm2_vs_hf_fp32_within_the_cpu_attn_floor(attention_runs):
         runs["smollm2-default"]["teacher"], hf, DECISIVE_MARGIN
     )
     print(
-        teacher_forced.report("attention", "SmolLM2 CPU_ATTN vs HF fp32 (floor)", floor)
+        teacher_forced.report(
+            "attention", f"SmolLM2 {NATIVE} vs HF fp32 (floor)", floor
+        )
     )
     print(teacher_forced.report("attention", "SmolLM2 CUSTOM vs HF fp32", mine))
     _check_agreement(mine)
@@ -270,10 +302,10 @@ def test_smollm2_vs_hf_fp32_within_the_cpu_attn_floor(attention_runs):
     assert ppl_off <= floor_off + MAX_PPL_REL_DIFF, (ppl_off, floor_off)
 
 
-def test_smollm2_greedy_decode_matches_cpu_attn(attention_runs):
-    """Decode rows (q_len 1, contexts 2048+): the greedy tokens are CPU_ATTN's
-    up to the first step where CPU_ATTN's own choice was within
-    DECISIVE_MARGIN (a legitimate near-tie may go either way, and after a
+def test_smollm2_greedy_decode_matches_native(attention_runs):
+    """Decode rows (q_len 1, contexts 2048+): the greedy tokens are the
+    native backend's (CPU_ATTN; FLASH_ATTN on CUDA) up to the first step
+    where its own choice was within DECISIVE_MARGIN (a legitimate near-tie may go either way, and after a
     different token the sequences are no longer comparable); the logprobs
     of the tokens both chose agree within MAX_LP_DIFF."""
     runs = attention_runs["runs"]

@@ -14,6 +14,11 @@
 #             Skipped when the sources did not change since the last build on this
 #             (warm) machine. Every other stage builds first if needed.
 #   test      VLLM_MYOPS_TEST_SCOPE=full pytest ${TEST_PATHS:-tests/kernels} -q $TEST_ARGS
+#   paths     python -m tests.kernels.path_reruns: every forced CUDA path (W4A16
+#             VLLM_MYOPS_W4A16_CUDA_PATH, attention prefill VLLM_MYOPS_ATTENTION_CUDA_PREFILL)
+#             on its value tests, one pytest process per path, all at once
+#             (PATHS_THREADS=2 OpenMP threads each) -> paths.tar.gz (a log per path; a
+#             process the budget stops still reports the cases it finished)
 #   bench     python -m benchmarks.kernels.benchmark_layernorm, bf16 full sweep, every anchor
 #             present (extra args: BENCH_ARGS="...")
 #   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
@@ -94,15 +99,15 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
+declare -A EST=([build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500 [system]=240)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
+    build|test|paths|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test paths bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
   esac
 done
 [[ ${#stages[@]} -gt 0 ]] || { sed -n '2,67p' "$0"; exit 2; }
@@ -330,6 +335,21 @@ stage_test() {
   line="$(grep -E "(passed|failed|error)" "$OUT/test.log" | tail -n 1)"
   [[ $rc -eq 124 || $rc -eq 130 ]] && line="TIMED OUT after ${b}s; $line"
   add_summary test "$rc" $((SECONDS - t)) "$line"
+}
+
+stage_paths() {
+  local t=$SECONDS b=$1 rc=0 n_ok n
+  ensure_built || { add_summary paths SKIP 0 "no build"; return; }
+  say "paths: python -m tests.kernels.path_reruns (budget ${b}s) -> paths.tar.gz"
+  VLLM_MYOPS_TEST_SCOPE="${PATHS_SCOPE:-quick}" "$PY" -m tests.kernels.path_reruns \
+    --out "$OUT/paths" --timeout "$((b - 40))" --threads "${PATHS_THREADS:-2}" \
+    2>&1 | tee "$OUT/paths.txt" || rc=$?
+  n=$(grep -c "^path-rerun " "$OUT/paths.txt")
+  n_ok=$(grep -c "^path-rerun .*: ok: " "$OUT/paths.txt")
+  while IFS= read -r line; do EXTRA+=("  $line"); done < <(grep "^path-rerun " "$OUT/paths.txt")
+  mv "$OUT/paths.txt" "$OUT/paths/summary.txt"
+  tar -czf "$OUT/paths.tar.gz" -C "$OUT" paths && rm -rf "$OUT/paths"
+  add_summary paths "$rc" $((SECONDS - t)) "$n_ok of $n forced-path runs passed (lines below; logs paths.tar.gz)"
 }
 
 bench_common() {  # bench_common NAME MODULE BUDGET ARGS...
@@ -635,6 +655,7 @@ for i in "${!stages[@]}"; do
   case "$s" in
     build) ensure_built || true ;;
     test) stage_test "$b" ;;
+    paths) stage_paths "$b" ;;
     bench) stage_bench "$b" ;;
     bench2) stage_bench2 "$b" ;;
     bench_w4a16) stage_bench_w4a16 "$b" ;;

@@ -446,9 +446,14 @@ _COMMON_FILE = Path(__file__).resolve().parent / "test_paged_attention.py"
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
+# Every value VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces (also read by
+# tools/gpu/device_session.sh's `paths` stage).
+PREFILL_PATHS = ("v1", "v2")
+
+
 @needs_cuda
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["v1", "v2"])
+@pytest.mark.parametrize("path", PREFILL_PATHS)
 def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
     """v1: the 64-row prefill kernel at every head dim; v2: the 128-row one
     at D 64 / 128 (D 256 runs v1 under every value). The default run covers

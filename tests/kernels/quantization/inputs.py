@@ -128,28 +128,35 @@ def assert_gemm_close(
     each dequantized weight (q - z) * s to the dtype before the multiply:
     half an ulp per product, random signs, so ~sqrt(K) * ulp / 2 more (x4
     margin) relative to sum |a| * |W|. A wrong group, column, zero or scale
-    moves outputs by O(|W| * sqrt(K)), far above these bounds."""
-    ref = qw.ref(a.cpu(), None if bias is None else bias.cpu()).double()
-    got = out.cpu().double()
+    moves outputs by O(|W| * sqrt(K)), far above these bounds.
+    The reference and the bounds are fp64 on the output's device (a GPU's
+    fp64 matmuls keep them exact to ~1e-16, far inside the bounds, and keep
+    the M = 1000 cases from costing seconds of CPU each)."""
+    dev = out.device
+    a = a.to(dev)
+    ref = qw.ref(a, None if bias is None else bias.to(dev)).double()
+    got = out.double()
     k = qw.size_k
     g_idx = qw.g_idx
     if g_idx is None:
         g_idx = reference.default_g_idx(k, qw.group_size)
-    s_full = qw.scales.cpu().double()[g_idx.long()]
-    a_abs = a.cpu().double().abs()
+    g_idx = g_idx.to(dev)
+    scales = qw.scales.to(dev)
+    s_full = scales.double()[g_idx.long()]
+    a_abs = a.double().abs()
     term_scale = a_abs @ (16 * s_full)
-    zeros = None if qw.zeros is None else qw.zeros.cpu().to(torch.int32)
+    zeros = None if qw.zeros is None else qw.zeros.to(dev, torch.int32)
     w_abs = (
-        reference.dequantize(qw.codes, qw.scales.cpu(), zeros, qw.group_size, qw.g_idx)
+        reference.dequantize(qw.codes.to(dev), scales, zeros, qw.group_size, g_idx)
         .double()
         .abs()
     )
     ulp = ULP[out.dtype]
     bound = 8 * math.sqrt(k) * EPS32 * term_scale + ulp * ref.abs() + 2.0**-24
-    if out.device.type == "cuda":
+    if dev.type == "cuda":
         bound = bound + 4 * math.sqrt(k) * (ulp / 2) * (a_abs @ w_abs)
     if bias is not None:
-        bound = bound + EPS32 * bias.cpu().double().abs()
+        bound = bound + EPS32 * bias.to(dev).double().abs()
     err = (got - ref).abs()
     assert torch.isfinite(got).all(), "non-finite output"
     bad = err > bound

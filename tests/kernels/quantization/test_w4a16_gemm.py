@@ -519,12 +519,25 @@ needs_cuda = pytest.mark.skipif(
 )
 
 
+# Every value VLLM_MYOPS_W4A16_CUDA_PATH forces (also read by
+# tools/gpu/device_session.sh's `paths` stage, which runs each path's
+# CUDA_PATH_TESTS in a process of its own).
+CUDA_PATHS = (
+    "swap",
+    "swap_global",
+    "ring",
+    "ring4",
+    "mma",
+    "tc",
+    "tc4",
+    "tc8",
+    "dequant",
+)
+
+
 @needs_cuda
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "path",
-    ["swap", "swap_global", "ring", "ring4", "mma", "tc", "tc4", "tc8", "dequant"],
-)
+@pytest.mark.parametrize("path", CUDA_PATHS)
 def test_cuda_paths(path: str, tmp_path: Path) -> None:
     """swap: the swap-AB kernel (codes as the mma's A operand, scales and
     zeros applied per group to fp32 sums) at every M, in token blocks of 8,

@@ -10,7 +10,8 @@ as it goes, so a stopped run still reports every case it finished.
 
 Prints one line per process, `path-rerun NAME: <outcome>`, and exits 0 when
 every process passed (one stopped by --timeout has not). The paths and the
-tests come from the test files (CUDA_PATHS / CUDA_PATH_TESTS,
+tests come from the test files (CUDA_PATHS / CUDA_PATH_TESTS and
+CUDA_PATH_GRAPH_TESTS,
 PREFILL_PATHS / PREFILL_PATH_TESTS[_COMMON]): nothing is listed twice.
 tools/gpu/device_session.sh's `paths` stage runs this.
 """
@@ -63,7 +64,7 @@ def reruns() -> list[Rerun]:
             f"w4a16_{p}",
             {w4a16.CUDA_PATH_ENV: p},
             (w4a16_file,),
-            f"cuda and ({_any_of(w4a16.CUDA_PATH_TESTS)})",
+            f"cuda and ({_any_of(w4a16.CUDA_PATH_TESTS + w4a16.CUDA_PATH_GRAPH_TESTS)})",
         )
         for p in w4a16.CUDA_PATHS
     ]

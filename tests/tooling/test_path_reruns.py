@@ -23,7 +23,8 @@ def test_one_rerun_per_forced_value_with_every_named_test():
         r = runs[f"w4a16_{p}"]
         assert r.env == {w4a16.CUDA_PATH_ENV: p}
         assert r.selection.startswith("cuda and (")
-        assert all(name in r.selection for name in w4a16.CUDA_PATH_TESTS)
+        names = w4a16.CUDA_PATH_TESTS + w4a16.CUDA_PATH_GRAPH_TESTS
+        assert all(name in r.selection for name in names)
     for p in attn.PREFILL_PATHS:
         r = runs[f"prefill_{p}"]
         assert r.env == {attn.PREFILL_PATH_ENV: p}

@@ -57,9 +57,11 @@
 #include <cstdint>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
@@ -878,9 +880,9 @@ __global__ void __launch_bounds__(kDequantThreads)
                          const T* __restrict__ scales,
                          const T* __restrict__ zeros, T* __restrict__ w,
                          int k_size, int n_size, int k_tiles, int group_size,
-                         bool groups_aligned16) {
+                         bool groups_aligned16, int nt0) {
   __shared__ uint4 tile_quads[layout::kTileWords / 4];
-  const int kt = blockIdx.x, nt = blockIdx.y;
+  const int kt = blockIdx.x, nt = nt0 + static_cast<int>(blockIdx.y);
   tile_quads[threadIdx.x] =
       b[(static_cast<int64_t>(nt) * k_tiles + kt) * (layout::kTileWords / 4) +
         threadIdx.x];
@@ -933,8 +935,9 @@ __global__ void __launch_bounds__(kDequantThreads)
 // M tiles of 16; "ring4": its 4-blocks-per-SM build), "mma" (w4a16_mma_kernel),
 // "tc" (w4a16_tc_kernel, run_tc_gemm: its build by M and cost model; "tc4" /
 // "tc8": the 64-row build of 4 / 8 warps at every M) or "dequant" (dequant
-// + cuBLAS); unset
-// or "auto" chooses by M (kSwapMaxM, kRingMaxM, kTcMaxM).
+// + cuBLAS; "dequant_pipe": the same in column chunks whose dequant overlaps
+// the previous chunk's GEMM, run_dequant_pipelined); unset or "auto" chooses
+// by M (kSwapMaxM, kRingMaxM, kTcMaxM).
 enum class CudaPath {
   kAuto,
   kSwap,
@@ -945,7 +948,8 @@ enum class CudaPath {
   kTc,
   kTc4,
   kTc8,
-  kDequant
+  kDequant,
+  kDequantPipe
 };
 
 // One tensor-core kernel as run_gemm launches it.
@@ -1304,7 +1308,8 @@ CudaPath forced_cuda_path() {
                    {"tc", CudaPath::kTc},
                    {"tc4", CudaPath::kTc4},
                    {"tc8", CudaPath::kTc8},
-                   {"dequant", CudaPath::kDequant}});
+                   {"dequant", CudaPath::kDequant},
+                   {"dequant_pipe", CudaPath::kDequantPipe}});
   return f;
 }
 
@@ -1320,31 +1325,108 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Dequantizes the n-tiles [nt0, nt0 + nts) of the weight into w [K, N]
+// (a's dtype) on `stream`.
 template <typename T>
-at::Tensor dequantize_weight(const at::Tensor& b_packed,
-                             const at::Tensor& scales,
-                             const std::optional<at::Tensor>& zeros,
-                             const w4a16::GemmShape& shape, int group_rows,
-                             const at::TensorOptions& options) {
-  TORCH_CHECK(shape.n_tiles <= 65535,
+void launch_dequant(const at::Tensor& b_packed, const at::Tensor& scales,
+                    const std::optional<at::Tensor>& zeros,
+                    const w4a16::GemmShape& shape, int group_rows, int64_t nt0,
+                    int64_t nts, at::Tensor& w, cudaStream_t stream) {
+  TORCH_CHECK(nts <= 65535,
               "w4a16_gemm: size_n must be <= ", 65535 * w4a16::kTile,
               " on CUDA (one grid row per 64 columns)");
-  at::Tensor w = at::empty({shape.k, shape.n}, options);
   const dim3 grid(static_cast<unsigned>(shape.k_tiles),
-                  static_cast<unsigned>(shape.n_tiles));
-  w4a16_dequant_kernel<T>
-      <<<grid, kDequantThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-          reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>()),
-          static_cast<const T*>(scales.data_ptr()),
-          zeros.has_value() ? static_cast<const T*>(zeros->data_ptr())
-                            : nullptr,
-          static_cast<T*>(w.data_ptr()), static_cast<int>(shape.k),
-          static_cast<int>(shape.n), static_cast<int>(shape.k_tiles),
-          group_rows,
-          aligned16(scales.data_ptr()) &&
-              (!zeros.has_value() || aligned16(zeros->data_ptr())));
+                  static_cast<unsigned>(nts));
+  w4a16_dequant_kernel<T><<<grid, kDequantThreads, 0, stream>>>(
+      reinterpret_cast<const uint4*>(b_packed.data_ptr<int32_t>()),
+      static_cast<const T*>(scales.data_ptr()),
+      zeros.has_value() ? static_cast<const T*>(zeros->data_ptr()) : nullptr,
+      static_cast<T*>(w.data_ptr()), static_cast<int>(shape.k),
+      static_cast<int>(shape.n), static_cast<int>(shape.k_tiles), group_rows,
+      aligned16(scales.data_ptr()) &&
+          (!zeros.has_value() || aligned16(zeros->data_ptr())),
+      static_cast<int>(nt0));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return w;
+}
+
+// out[:, n0:n0+nc] (+ bias) = a @ w[:, n0:n0+nc] through cuBLAS on the
+// current stream; the column views keep their row stride N (cuBLAS's ld),
+// so nothing is copied.
+void mm_columns(const at::Tensor& a, const at::Tensor& w,
+                const std::optional<at::Tensor>& bias, int64_t n0, int64_t nc,
+                at::Tensor& out) {
+  at::Tensor out_cols = out.narrow(1, n0, nc);
+  const at::Tensor w_cols = w.narrow(1, n0, nc);
+  if (bias.has_value()) {
+    at::addmm_out(out_cols, bias->narrow(0, n0, nc), a, w_cols);
+  } else {
+    at::mm_out(out_cols, a, w_cols);
+  }
+}
+
+// "dequant": the whole weight, then one cuBLAS GEMM.
+template <typename T>
+void run_dequant(const at::Tensor& a, const at::Tensor& b_packed,
+                 const at::Tensor& scales,
+                 const std::optional<at::Tensor>& zeros,
+                 const std::optional<at::Tensor>& bias,
+                 const w4a16::GemmShape& shape, int group_rows,
+                 at::Tensor& out) {
+  at::Tensor w = at::empty({shape.k, shape.n}, a.options());
+  launch_dequant<T>(b_packed, scales, zeros, shape, group_rows, 0,
+                    shape.n_tiles, w, at::cuda::getCurrentCUDAStream());
+  mm_columns(a, w, bias, 0, shape.n, out);
+}
+
+// "dequant_pipe": column chunks of whole tiles. Chunk c + 1's dequant
+// (memory-bound) runs on a pool stream while cuBLAS multiplies chunk c
+// (compute-bound from M ~ 1k) on the caller's stream, so about one chunk's
+// dequant stays exposed instead of the whole weight's. Fork / join by events
+// (no host sync; CUDA-graph capturable: the pool stream joins the capture
+// through the fork event and is joined back by the last chunk's). w is
+// allocated on the caller's stream and the pool stream waits for that
+// stream first, so its writes follow every earlier user of the memory; the
+// caller's stream waits for the last chunk before w can be freed.
+constexpr int64_t kPipeMaxChunks = 8;
+constexpr int64_t kPipeMinChunkTiles = 16;  // 1024 columns per cuBLAS call
+
+template <typename T>
+void run_dequant_pipelined(const at::Tensor& a, const at::Tensor& b_packed,
+                           const at::Tensor& scales,
+                           const std::optional<at::Tensor>& zeros,
+                           const std::optional<at::Tensor>& bias,
+                           const w4a16::GemmShape& shape, int group_rows,
+                           at::Tensor& out) {
+  const int64_t chunks = std::clamp<int64_t>(shape.n_tiles / kPipeMinChunkTiles,
+                                             1, kPipeMaxChunks);
+  if (chunks == 1) {
+    run_dequant<T>(a, b_packed, scales, zeros, bias, shape, group_rows, out);
+    return;
+  }
+  const int64_t per = (shape.n_tiles + chunks - 1) / chunks;
+  at::Tensor w = at::empty({shape.k, shape.n}, a.options());
+  const at::cuda::CUDAStream caller = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side =
+      at::cuda::getStreamFromPool(false, caller.device_index());
+  at::cuda::CUDAEvent fork;
+  fork.record(caller);
+  fork.block(side);
+  std::vector<at::cuda::CUDAEvent> chunk_done(static_cast<size_t>(chunks));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t nt0 = c * per;
+    const int64_t nts = std::min(per, shape.n_tiles - nt0);
+    if (nts <= 0) break;
+    launch_dequant<T>(b_packed, scales, zeros, shape, group_rows, nt0, nts, w,
+                      side);
+    chunk_done[static_cast<size_t>(c)].record(side);
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t n0 = c * per * w4a16::kTile;
+    if (n0 >= shape.n) break;
+    const int64_t nc = std::min(per * w4a16::kTile, shape.n - n0);
+    chunk_done[static_cast<size_t>(c)].block(caller);
+    mm_columns(a, w, bias, n0, nc, out);
+  }
 }
 
 }  // namespace
@@ -1375,16 +1457,16 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
 
   const bool is_half = a.scalar_type() == at::kHalf;
   const CudaPath path = cuda_path_for(shape.m);
-  if (path == CudaPath::kDequant) {
-    const at::Tensor w =
-        is_half ? dequantize_weight<__half>(b_packed, scales, zeros, shape,
-                                            group_rows, a.options())
-                : dequantize_weight<__nv_bfloat16>(
-                      b_packed, scales, zeros, shape, group_rows, a.options());
-    if (bias.has_value()) {
-      at::addmm_out(out, *bias, a_rows, w);
+  if (path == CudaPath::kDequant || path == CudaPath::kDequantPipe) {
+    const bool pipe = path == CudaPath::kDequantPipe;
+    if (is_half) {
+      (pipe ? run_dequant_pipelined<__half>
+            : run_dequant<__half>)(a_rows, b_packed, scales, zeros, bias, shape,
+                                   group_rows, out);
     } else {
-      at::mm_out(out, a_rows, w);
+      (pipe ? run_dequant_pipelined<__nv_bfloat16>
+            : run_dequant<__nv_bfloat16>)(a_rows, b_packed, scales, zeros, bias,
+                                          shape, group_rows, out);
     }
     return out;
   }

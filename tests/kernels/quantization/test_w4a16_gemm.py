@@ -15,6 +15,7 @@ on 2 cores; VLLM_MYOPS_TEST_SCOPE=full (or --scope full) runs the matrix.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -386,10 +387,12 @@ def test_torch_compile_fullgraph(device: str, path: str) -> None:
 @pytest.mark.parametrize(
     "device", params_or_skip(cuda_devices(), "needs a CUDA device", "cuda")
 )
-@pytest.mark.parametrize("m", [16, 64])  # ring4, tc (both split K here)
-def test_cuda_graph_capture_no_sync(device: str, m: int) -> None:
+# ring4 and tc (both split K here), dequant + cuBLAS (under "dequant_pipe":
+# 4 column chunks, the pool stream forked into the capture and joined back).
+@pytest.mark.parametrize("m,n", [(16, 576), (64, 576), (256, 4104)])
+def test_cuda_graph_capture_no_sync(device: str, m: int, n: int) -> None:
     seed_everything(9)
-    k, n, dtype = 4104, 576, torch.bfloat16
+    k, dtype = 4104, torch.bfloat16
     dev = torch.device(device)
     with torch.cuda.device(dev):
         qw = make_weight(k, n, 128, symmetric=False, dtype=dtype, device=device)
@@ -514,6 +517,9 @@ CUDA_PATH_TESTS = (
     "test_bias",
     "test_noncontiguous_a",
 )
+# Rerun per path apart from the value tests: capture needs the caching
+# allocator, which the compute-sanitizer runs turn off.
+CUDA_PATH_GRAPH_TESTS = ("test_cuda_graph_capture_no_sync",)
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"
 )
@@ -532,6 +538,7 @@ CUDA_PATHS = (
     "tc4",
     "tc8",
     "dequant",
+    "dequant_pipe",
 )
 
 
@@ -550,12 +557,31 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     tensor-core kernel (row blocks of 32 / 64, 256 columns, its build chosen
     by M and its cost model) at every M, M = 1 included; tc4 / tc8: its
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
-    cuBLAS at every M, M = 1 included. The default run covers each path only
-    in its own M range; these reruns hold every path to the same fp64
+    cuBLAS at every M, M = 1 included; dequant_pipe: the same in column
+    chunks on two streams (one chunk where N < 2048). The default run
+    covers each path only in its own M range; these reruns hold every path to the same fp64
     reference and tolerance at every M of the tests."""
     contract.rerun_tests(
         Path(__file__).resolve(),
         CUDA_PATH_TESTS,
+        env={CUDA_PATH_ENV: path},
+        scope=current_scope(),
+        junit_xml=tmp_path / "junit.xml",
+        device_keyword="cuda",
+    )
+
+
+@needs_cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CUDA_PATHS)
+def test_cuda_graph_capture_paths(path: str, tmp_path: Path) -> None:
+    """Every forced path captured in a CUDA graph and replayed on new
+    activations (test_cuda_graph_capture_no_sync's cases)."""
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1":
+        pytest.skip("CUDA graph capture needs the caching allocator")
+    contract.rerun_tests(
+        Path(__file__).resolve(),
+        CUDA_PATH_GRAPH_TESTS,
         env={CUDA_PATH_ENV: path},
         scope=current_scope(),
         junit_xml=tmp_path / "junit.xml",

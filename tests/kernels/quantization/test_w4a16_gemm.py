@@ -542,6 +542,17 @@ CUDA_PATHS = (
 )
 
 
+def _rerun_under_path(path: str, tests: tuple[str, ...], tmp_path: Path) -> None:
+    contract.rerun_tests(
+        Path(__file__).resolve(),
+        tests,
+        env={CUDA_PATH_ENV: path},
+        scope=current_scope(),
+        junit_xml=tmp_path / "junit.xml",
+        device_keyword="cuda",
+    )
+
+
 @needs_cuda
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CUDA_PATHS)
@@ -561,14 +572,7 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     chunks on two streams (one chunk where N < 2048). The default run
     covers each path only in its own M range; these reruns hold every path to the same fp64
     reference and tolerance at every M of the tests."""
-    contract.rerun_tests(
-        Path(__file__).resolve(),
-        CUDA_PATH_TESTS,
-        env={CUDA_PATH_ENV: path},
-        scope=current_scope(),
-        junit_xml=tmp_path / "junit.xml",
-        device_keyword="cuda",
-    )
+    _rerun_under_path(path, CUDA_PATH_TESTS, tmp_path)
 
 
 @needs_cuda
@@ -579,14 +583,7 @@ def test_cuda_graph_capture_paths(path: str, tmp_path: Path) -> None:
     activations (test_cuda_graph_capture_no_sync's cases)."""
     if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1":
         pytest.skip("CUDA graph capture needs the caching allocator")
-    contract.rerun_tests(
-        Path(__file__).resolve(),
-        CUDA_PATH_GRAPH_TESTS,
-        env={CUDA_PATH_ENV: path},
-        scope=current_scope(),
-        junit_xml=tmp_path / "junit.xml",
-        device_keyword="cuda",
-    )
+    _rerun_under_path(path, CUDA_PATH_GRAPH_TESTS, tmp_path)
 
 
 @needs_cuda

@@ -195,6 +195,20 @@ def test_noncontiguous_a(device: str) -> None:
     torch.testing.assert_close(out, qw.gemm(a.contiguous()), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_single_row_strided_a_cpu(dtype: torch.dtype) -> None:
+    """M = 1 with a column stride (x[:, ::2]): the checks accept one row of
+    any layout; the CPU host copies it for the packs that read stride 1."""
+    seed_everything(4)
+    k, n = 576, 136
+    qw = make_weight(k, n, 64, symmetric=False, dtype=dtype, device="cpu")
+    a = make_a(1, 2 * k, dtype, "cpu")[:, ::2]
+    assert a.stride(1) == 2
+    out = qw.gemm(a)
+    assert_gemm_close(out, qw, a, None)
+    torch.testing.assert_close(out, qw.gemm(a.contiguous()), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_refused_layout(device: str) -> None:
     """a with a non-unit last-dim stride is refused with a clear error."""

@@ -93,8 +93,10 @@ Forced forced_path() {
   return f;
 }
 
-// a [m, k] (row stride >= k) -> ah: bf16 [planes, round_up(m, 16), lda],
-// zero past k and m, row-major or, for AMX, in tile order: [16-row blocks]
+// a [m, k] (row stride >= k) -> ah: bf16 [planes, rows, lda], zero past k
+// and m (rows: round_up(m, 16) for the panel paths, m for the row-block
+// path, which reads no padding row), row-major or, for AMX, in tile order:
+// [16-row blocks]
 // [32-column steps][16][32], so a tile is 1 KiB contiguous (row-major, its
 // rows would be lda apart, a power of two for most K: one L1 set). bf16 a:
 // one plane, a itself. fp16 a (AMX): two, hi = bf16(a) and lo = a - hi,
@@ -113,8 +115,20 @@ void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
   const int64_t mp = ah.size(-2);
   const int64_t plane = mp * lda;
   const int64_t steps = lda / 32;
-  std::memset(static_cast<void*>(dst), 0,
-              size_t(ah.numel()) * sizeof(uint16_t));
+  // Only the padding is cleared: at M = 1 the whole buffer is 16 rows.
+  if (tile_order) {
+    std::memset(static_cast<void*>(dst), 0,
+                size_t(ah.numel()) * sizeof(uint16_t));
+  } else {
+    for (int64_t pl = 0; pl < ah.size(0); ++pl) {
+      c10::BFloat16* d = dst + pl * plane;
+      for (int64_t r = 0; r < m; ++r)
+        std::memset(static_cast<void*>(d + r * lda + k), 0,
+                    size_t(lda - k) * sizeof(uint16_t));
+      std::memset(static_cast<void*>(d + m * lda), 0,
+                  size_t((mp - m) * lda) * sizeof(uint16_t));
+    }
+  }
   for (int64_t r = 0; r < m; ++r) {
     const T* ar = src + r * lds;
     c10::BFloat16* d =
@@ -138,6 +152,37 @@ void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
       for (; i + 16 <= k1; i += 16)
         for (int j = 0; j < 16; ++j) lane[j] += float(ar[i + j]);
       for (int j = 0; i < k1; ++i, ++j) lane[j] += float(ar[i]);
+      float t = 0.f;
+      for (int j = 0; j < 16; ++j) t += lane[j];
+      sum[r * groups + g] = t;
+    }
+  }
+}
+
+// a [m, k] (row stride >= k) -> af: fp32 [m, lda], zero past k, and sums
+// [m, groups]: the fp32 sum of af over each group, in one pass (at M = 1 a
+// zeroed buffer, a copy and a reduction were each an ATen call).
+template <typename T>
+void pack_a_f32(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
+                int64_t groups, int64_t group_rows, at::Tensor& af,
+                at::Tensor& sums) {
+  const T* src = static_cast<const T*>(a.data_ptr());
+  const int64_t lds = a.stride(0);
+  float* dst = af.data_ptr<float>();
+  float* sum = sums.data_ptr<float>();
+  for (int64_t r = 0; r < m; ++r) {
+    const T* ar = src + r * lds;
+    float* d = dst + r * lda;
+    for (int64_t i = 0; i < k; ++i) d[i] = float(ar[i]);
+    std::memset(static_cast<void*>(d + k), 0, size_t(lda - k) * sizeof(float));
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k0 = g * group_rows;
+      const int64_t k1 = std::min(k, k0 + group_rows);
+      float lane[16] = {};
+      int64_t i = k0;
+      for (; i + 16 <= k1; i += 16)
+        for (int j = 0; j < 16; ++j) lane[j] += d[i + j];
+      for (int j = 0; i < k1; ++i, ++j) lane[j] += d[i];
       float t = 0.f;
       for (int j = 0; j < 16; ++j) t += lane[j];
       sum[r * groups + g] = t;
@@ -244,6 +289,9 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   checks::check_devices("w4a16_gemm", {"a", &a}, {}, c10::DeviceType::CPU);
   at::Tensor out = at::empty({s.m, s.n}, a.options());
   if (s.m == 0) return out;
+  // The packs read a row with stride 1; the checks let a single row have
+  // any column stride (a column slice, x[:, ::2]): copy that one row.
+  const at::Tensor a1 = s.k > 1 && a.stride(1) != 1 ? a.contiguous() : a;
 
   // fp32 activations, zero past K (padding codes then add nothing), and the
   // sum of a over each group for the zero-point term.
@@ -254,25 +302,29 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   const cpu::W4A16CpuPath path = cpu::choose_path(a.scalar_type(), s.m);
   at::Tensor af, ah, sums;
   if (path == cpu::W4A16CpuPath::kFp32) {
-    af = at::zeros({s.m, lda}, a.options().dtype(at::kFloat));
-    af.narrow(1, 0, s.k).copy_(a);
-    sums = af.narrow(1, 0, s.groups * group_rows)
-               .view({s.m, s.groups, group_rows})
-               .sum(-1)
-               .contiguous();
+    af = at::empty({s.m, lda}, a.options().dtype(at::kFloat));
+    sums = at::empty({s.m, s.groups}, a.options().dtype(at::kFloat));
+    if (a.scalar_type() == at::kHalf) {
+      cpu::pack_a_f32<c10::Half>(a1, s.m, s.k, lda, s.groups, group_rows, af,
+                                 sums);
+    } else {
+      cpu::pack_a_f32<c10::BFloat16>(a1, s.m, s.k, lda, s.groups, group_rows,
+                                     af, sums);
+    }
   } else {
     // The bf16 paths read a in bf16 only: one pass copies it (AMX: in tile
     // order) and sums the groups.
     const bool fp16 = a.scalar_type() == at::kHalf;
-    ah = at::empty({fp16 ? 2 : 1, ceil_div(s.m, 16) * 16, lda},
-                   a.options().dtype(at::kBFloat16));
+    const int64_t rows =
+        path == cpu::W4A16CpuPath::kBf16Rows ? s.m : ceil_div(s.m, 16) * 16;
+    ah = at::empty({fp16 ? 2 : 1, rows, lda}, a.options().dtype(at::kBFloat16));
     sums = at::empty({s.m, s.groups}, a.options().dtype(at::kFloat));
     const bool tile_order = path == cpu::W4A16CpuPath::kAmx;
     if (fp16) {
-      cpu::pack_a_bf16<c10::Half>(a, s.m, s.k, lda, s.groups, group_rows,
+      cpu::pack_a_bf16<c10::Half>(a1, s.m, s.k, lda, s.groups, group_rows,
                                   tile_order, ah, sums);
     } else {
-      cpu::pack_a_bf16<c10::BFloat16>(a, s.m, s.k, lda, s.groups, group_rows,
+      cpu::pack_a_bf16<c10::BFloat16>(a1, s.m, s.k, lda, s.groups, group_rows,
                                       tile_order, ah, sums);
     }
   }

@@ -270,6 +270,32 @@ void load_group_params(const W4A16CpuParams& p, int64_t col0, int cols,
   }
 }
 
+// The scale (and zero) rows of an n-tile are short rows n apart, which the
+// stream prefetcher does not follow: read cold, at M = 1 nothing hides the
+// misses. The bf16 row-block path reads them per group and asks for them
+// kParamsAhead groups ahead (into the next n-tile at the end of this one);
+// the fp32 path converts a tile's at its start and asks for the next
+// tile's (to L2: the tile's weights would evict them from L1).
+constexpr int64_t kParamsAhead = 2;
+template <int kLocality = 3>
+inline void prefetch_params_row(const void* row) {
+  // 64 16-bit columns, 128 bytes: two lines, three when not 64-aligned.
+  const auto* b = static_cast<const char*>(row);
+  __builtin_prefetch(b, 0, kLocality);
+  __builtin_prefetch(b + 64, 0, kLocality);
+  __builtin_prefetch(b + 127, 0, kLocality);
+}
+
+template <typename T>
+void prefetch_group_params(const W4A16CpuParams& p, int64_t col0) {
+  const T* s = static_cast<const T*>(p.scales) + col0;
+  const T* z = static_cast<const T*>(p.zeros);
+  for (int64_t g = 0; g < p.groups; ++g) {
+    prefetch_params_row<2>(s + g * p.n);
+    if (z) prefetch_params_row<2>(z + g * p.n + col0);
+  }
+}
+
 #if defined(CPU_CAPABILITY_AVX512)
 // ---------------------------------------------------------------------------
 // AVX512-BF16 (bf16 activations): vdpbf16ps does two K-rows per instruction.
@@ -279,12 +305,28 @@ void load_group_params(const W4A16CpuParams& p, int64_t col0, int cols,
   #define MYOPS_BF16_TARGET \
     __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
+// bf16 bits of 16 columns (lanes past the mask 0) -> fp32, exact.
+MYOPS_BF16_TARGET inline __m512 load_bf16_ps(const uint16_t* p, __mmask16 m) {
+  const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+}
+
+// Rows [m0, m0 + MB) x the 64 columns of one n-tile (words `bt`); the bf16
+// scales (and zeros) of the tile's columns are read per group from `sp`
+// (`zp`: nullptr when symmetric), row stride n, columns past `cols` masked
+// to 0 (no contribution); `next`: the next n-tile's column offset from sp
+// for the prefetch, 0 when this thread has none.
 template <int MB>
 MYOPS_BF16_TARGET void block_bf16(const __m512i lut, const W4A16CpuParams& p,
-                                  const int32_t* bt, const float* sb,
-                                  const float* zb, bool correct, int64_t m0,
-                                  float* tot) {
+                                  const int32_t* bt, const uint16_t* sp,
+                                  const uint16_t* zp, int cols, int64_t next,
+                                  int64_t m0, float* tot) {
   constexpr int NV4 = 4;  // 64 columns
+  __mmask16 colmask[NV4];
+  for (int v = 0; v < NV4; ++v) {
+    const int c = std::clamp(cols - v * 16, 0, 16);
+    colmask[v] = __mmask16((uint32_t(1) << c) - 1);
+  }
   const uint16_t* arow[MB];
   const float* srow[MB];
   for (int m = 0; m < MB; ++m) {
@@ -296,6 +338,15 @@ MYOPS_BF16_TARGET void block_bf16(const __m512i lut, const W4A16CpuParams& p,
     const int64_t k_end = std::min(p.k, k_begin + p.group_rows);
     const int64_t w_begin = k_begin / 8;
     const int64_t w_end = (k_end + 7) / 8;
+    const int64_t ga = g + kParamsAhead;
+    const int64_t off = ga < p.groups ? ga * p.n
+                        : next && ga - p.groups < p.groups
+                            ? (ga - p.groups) * p.n + next
+                            : -1;
+    if (off >= 0) {
+      prefetch_params_row(sp + off);
+      if (zp) prefetch_params_row(zp + off);
+    }
     __m512 acc[MB][NV4];
     for (int m = 0; m < MB; ++m)
       for (int v = 0; v < NV4; ++v) acc[m][v] = _mm512_setzero_ps();
@@ -323,16 +374,21 @@ MYOPS_BF16_TARGET void block_bf16(const __m512i lut, const W4A16CpuParams& p,
         }
       }
     }
-    const float* sg = sb + g * kTileN;
-    const float* zg = zb + g * kTileN;
+    // q' = q - 8 here: the symmetric zero needs no correction.
+    __m512 sg[NV4], zg[NV4];
+    for (int v = 0; v < NV4; ++v) {
+      sg[v] = load_bf16_ps(sp + g * p.n + v * 16, colmask[v]);
+      if (zp)
+        zg[v] = _mm512_sub_ps(load_bf16_ps(zp + g * p.n + v * 16, colmask[v]),
+                              _mm512_set1_ps(8.f));
+    }
     for (int m = 0; m < MB; ++m) {
       const __m512 sa = _mm512_set1_ps(srow[m][g]);
       for (int v = 0; v < NV4; ++v) {
         __m512 x = acc[m][v];
-        if (correct) x = _mm512_fnmadd_ps(_mm512_loadu_ps(zg + v * 16), sa, x);
+        if (zp) x = _mm512_fnmadd_ps(zg[v], sa, x);
         float* t = tot + m * kTileN + v * 16;
-        _mm512_storeu_ps(t, _mm512_fmadd_ps(_mm512_loadu_ps(sg + v * 16), x,
-                                            _mm512_loadu_ps(t)));
+        _mm512_storeu_ps(t, _mm512_fmadd_ps(sg[v], x, _mm512_loadu_ps(t)));
       }
     }
   }
@@ -343,31 +399,35 @@ MYOPS_BF16_TARGET void tiles_bf16(const W4A16CpuParams& p, int64_t nt_begin,
   alignas(64) uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = c10::BFloat16(float(i % 16 - 8)).x;
   const __m512i lut = _mm512_loadu_si512(table);
-  std::vector<float> sbuf(p.groups * kTileN), zbuf(p.groups * kTileN);
   alignas(64) float tot[4 * kTileN];
-  // q' = q - 8 here: the symmetric zero needs no correction.
-  const bool correct = p.zeros != nullptr;
+  const auto* scales = static_cast<const uint16_t*>(p.scales);
+  const auto* zeros = static_cast<const uint16_t*>(p.zeros);
+  for (int64_t g = 0; g < std::min(kParamsAhead, p.groups); ++g) {
+    prefetch_params_row(scales + g * p.n + nt_begin * kTileN);
+    if (zeros) prefetch_params_row(zeros + g * p.n + nt_begin * kTileN);
+  }
   for (int64_t nt = nt_begin; nt < nt_end; ++nt) {
     const int64_t col0 = nt * kTileN;
     const int cols = int(std::min<int64_t>(kTileN, p.n - col0));
-    load_group_params<c10::BFloat16>(p, col0, cols, sbuf.data(), zbuf.data(),
-                                     8);
+    const int64_t next = nt + 1 < nt_end ? kTileN : 0;
+    const uint16_t* sp = scales + col0;
+    const uint16_t* zp = zeros ? zeros + col0 : nullptr;
     const int32_t* bt = p.b + nt * p.k_tiles * 512;
     for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
       const int mb = int(std::min<int64_t>(4, p.m - m0));
       std::fill(tot, tot + 4 * kTileN, 0.f);
       switch (mb) {
         case 4:
-          block_bf16<4>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          block_bf16<4>(lut, p, bt, sp, zp, cols, next, m0, tot);
           break;
         case 3:
-          block_bf16<3>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          block_bf16<3>(lut, p, bt, sp, zp, cols, next, m0, tot);
           break;
         case 2:
-          block_bf16<2>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          block_bf16<2>(lut, p, bt, sp, zp, cols, next, m0, tot);
           break;
         default:
-          block_bf16<1>(lut, p, bt, sbuf.data(), zbuf.data(), correct, m0, tot);
+          block_bf16<1>(lut, p, bt, sp, zp, cols, next, m0, tot);
           break;
       }
       store_rows<c10::BFloat16>(p, tot, m0, mb, col0, cols);
@@ -663,6 +723,7 @@ void tiles(const W4A16CpuParams& p, int64_t nt_begin, int64_t nt_end) {
     const int64_t col0 = nt * kTileN;
     const int cols = int(std::min<int64_t>(kTileN, p.n - col0));
     load_group_params<T>(p, col0, cols, sbuf.data(), zbuf.data());
+    if (nt + 1 < nt_end) prefetch_group_params<T>(p, col0 + kTileN);
     const int32_t* bt = p.b + nt * p.k_tiles * 512;
     for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
       const int mb = int(std::min<int64_t>(4, p.m - m0));

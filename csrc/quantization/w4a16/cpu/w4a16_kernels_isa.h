@@ -27,7 +27,8 @@ struct W4A16CpuParams {
                         // k and past m (AMX: in tile order; fp16 a: two
                         // such planes, hi then lo, see the AMX path);
                         // nullptr otherwise
-  int64_t a_rows;       // round_up(m, 16): rows of one a_half plane
+  int64_t a_rows;       // rows of one a_half plane: round_up(m, 16)
+                        // (m for the row-block path)
   int64_t lda;          // >= k_tiles * 64 and >= groups * group_rows
   const float* a_sums;  // fp32 [m, groups]: sum of a over each group
   const int32_t* b;     // [n_tiles, k_tiles, 512]

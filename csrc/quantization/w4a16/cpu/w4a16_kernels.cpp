@@ -93,6 +93,25 @@ Forced forced_path() {
   return f;
 }
 
+// out[g]: the fp32 sum of row[0, k) over group g of group_rows (16 lanes,
+// which the compiler vectorizes); the zero-point term of every CPU path.
+template <typename S>
+void row_group_sums(const S* row, int64_t k, int64_t groups, int64_t group_rows,
+                    float* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t k0 = g * group_rows;
+    const int64_t k1 = std::min(k, k0 + group_rows);
+    float lane[16] = {};
+    int64_t i = k0;
+    for (; i + 16 <= k1; i += 16)
+      for (int j = 0; j < 16; ++j) lane[j] += float(row[i + j]);
+    for (int j = 0; i < k1; ++i, ++j) lane[j] += float(row[i]);
+    float t = 0.f;
+    for (int j = 0; j < 16; ++j) t += lane[j];
+    out[g] = t;
+  }
+}
+
 // a [m, k] (row stride >= k) -> ah: bf16 [planes, rows, lda], zero past k
 // and m (rows: round_up(m, 16) for the panel paths, m for the row-block
 // path, which reads no padding row), row-major or, for AMX, in tile order:
@@ -101,8 +120,7 @@ Forced forced_path() {
 // rows would be lda apart, a power of two for most K: one L1 set). bf16 a:
 // one plane, a itself. fp16 a (AMX): two, hi = bf16(a) and lo = a - hi,
 // exact (11 significant bits; fp16's range is inside bf16's normal range).
-// sums [m, groups]: the fp32 sum of a over each group (16 lanes, which the
-// compiler vectorizes).
+// sums [m, groups]: row_group_sums of each row.
 template <typename T>
 void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
                  int64_t groups, int64_t group_rows, bool tile_order,
@@ -144,18 +162,7 @@ void pack_a_bf16(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
         d[idx] = ar[i];
       }
     }
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t k0 = g * group_rows;
-      const int64_t k1 = std::min(k, k0 + group_rows);
-      float lane[16] = {};
-      int64_t i = k0;
-      for (; i + 16 <= k1; i += 16)
-        for (int j = 0; j < 16; ++j) lane[j] += float(ar[i + j]);
-      for (int j = 0; i < k1; ++i, ++j) lane[j] += float(ar[i]);
-      float t = 0.f;
-      for (int j = 0; j < 16; ++j) t += lane[j];
-      sum[r * groups + g] = t;
-    }
+    row_group_sums(ar, k, groups, group_rows, sum + r * groups);
   }
 }
 
@@ -175,18 +182,7 @@ void pack_a_f32(const at::Tensor& a, int64_t m, int64_t k, int64_t lda,
     float* d = dst + r * lda;
     for (int64_t i = 0; i < k; ++i) d[i] = float(ar[i]);
     std::memset(static_cast<void*>(d + k), 0, size_t(lda - k) * sizeof(float));
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t k0 = g * group_rows;
-      const int64_t k1 = std::min(k, k0 + group_rows);
-      float lane[16] = {};
-      int64_t i = k0;
-      for (; i + 16 <= k1; i += 16)
-        for (int j = 0; j < 16; ++j) lane[j] += d[i + j];
-      for (int j = 0; i < k1; ++i, ++j) lane[j] += d[i];
-      float t = 0.f;
-      for (int j = 0; j < 16; ++j) t += lane[j];
-      sum[r * groups + g] = t;
-    }
+    row_group_sums(d, k, groups, group_rows, sum + r * groups);
   }
 }
 

@@ -96,6 +96,10 @@ GemmShape check_gemm_args(const at::Tensor& a, const at::Tensor& b_packed,
   return s;
 }
 
+at::Tensor unit_stride_rows(const at::Tensor& a) {
+  return a.size(1) > 1 && a.stride(1) != 1 ? a.contiguous() : a;
+}
+
 void check_repack_args(const at::Tensor& qweight, int64_t size_k,
                        int64_t size_n) {
   constexpr const char* op = "w4a16_repack";

@@ -38,6 +38,11 @@ GemmShape check_gemm_args(const at::Tensor& a, const at::Tensor& b_packed,
                           const std::optional<at::Tensor>& bias, int64_t size_k,
                           int64_t size_n, int64_t group_size);
 
+// a as the kernels read it, its last dim at stride 1: the one layout
+// check_gemm_args lets through otherwise (a single row of more than one
+// element with a column stride, e.g. x[:, ::2]) is copied.
+at::Tensor unit_stride_rows(const at::Tensor& a);
+
 void check_repack_args(const at::Tensor& qweight, int64_t size_k,
                        int64_t size_n);
 

@@ -57,7 +57,6 @@
 #include <cstdint>
 #include <optional>
 #include <type_traits>
-#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -1403,7 +1402,7 @@ void run_dequant_pipelined(const at::Tensor& a, const at::Tensor& b_packed,
     run_dequant<T>(a, b_packed, scales, zeros, bias, shape, group_rows, out);
     return;
   }
-  const int64_t per = (shape.n_tiles + chunks - 1) / chunks;
+  const int64_t per = w4a16::ceil_div(shape.n_tiles, chunks);
   at::Tensor w = at::empty({shape.k, shape.n}, a.options());
   const at::cuda::CUDAStream caller = at::cuda::getCurrentCUDAStream();
   const at::cuda::CUDAStream side =
@@ -1411,21 +1410,18 @@ void run_dequant_pipelined(const at::Tensor& a, const at::Tensor& b_packed,
   at::cuda::CUDAEvent fork;
   fork.record(caller);
   fork.block(side);
-  std::vector<at::cuda::CUDAEvent> chunk_done(static_cast<size_t>(chunks));
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t nt0 = c * per;
+  // Re-recorded per chunk: a wait takes the record made before it. The host
+  // enqueues both streams' work asynchronously, so chunk c's GEMM does not
+  // hold back chunk c + 1's dequant.
+  at::cuda::CUDAEvent chunk_done;
+  for (int64_t nt0 = 0; nt0 < shape.n_tiles; nt0 += per) {
     const int64_t nts = std::min(per, shape.n_tiles - nt0);
-    if (nts <= 0) break;
     launch_dequant<T>(b_packed, scales, zeros, shape, group_rows, nt0, nts, w,
                       side);
-    chunk_done[static_cast<size_t>(c)].record(side);
-  }
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t n0 = c * per * w4a16::kTile;
-    if (n0 >= shape.n) break;
-    const int64_t nc = std::min(per * w4a16::kTile, shape.n - n0);
-    chunk_done[static_cast<size_t>(c)].block(caller);
-    mm_columns(a, w, bias, n0, nc, out);
+    chunk_done.record(side);
+    chunk_done.block(caller);
+    const int64_t n0 = nt0 * w4a16::kTile;
+    mm_columns(a, w, bias, n0, std::min(nts * w4a16::kTile, shape.n - n0), out);
   }
 }
 
@@ -1451,9 +1447,7 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
   const int group_rows =
       static_cast<int>(group_size == -1 ? shape.k : group_size);
 
-  // The argument checks let a 1-row a have any column stride.
-  at::Tensor a_rows = a;
-  if (shape.m == 1 && shape.k > 1 && a.stride(1) != 1) a_rows = a.contiguous();
+  const at::Tensor a_rows = w4a16::unit_stride_rows(a);
 
   const bool is_half = a.scalar_type() == at::kHalf;
   const CudaPath path = cuda_path_for(shape.m);

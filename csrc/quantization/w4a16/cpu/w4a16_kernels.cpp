@@ -285,9 +285,7 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   checks::check_devices("w4a16_gemm", {"a", &a}, {}, c10::DeviceType::CPU);
   at::Tensor out = at::empty({s.m, s.n}, a.options());
   if (s.m == 0) return out;
-  // The packs read a row with stride 1; the checks let a single row have
-  // any column stride (a column slice, x[:, ::2]): copy that one row.
-  const at::Tensor a1 = s.k > 1 && a.stride(1) != 1 ? a.contiguous() : a;
+  const at::Tensor a1 = w4a16::unit_stride_rows(a);  // the packs read stride 1
 
   // fp32 activations, zero past K (padding codes then add nothing), and the
   // sum of a over each group for the zero-point term.

@@ -51,7 +51,6 @@ def _any_of(names: tuple[str, ...]) -> str:
 
 
 def reruns() -> list[Rerun]:
-    sys.path.insert(0, str(REPO_ROOT))
     from tests.kernels.attention import test_paged_attention_cuda as attn
     from tests.kernels.quantization import test_w4a16_gemm as w4a16
 

@@ -341,6 +341,7 @@ stage_paths() {
   local t=$SECONDS b=$1 rc=0 n_ok n
   ensure_built || { add_summary paths SKIP 0 "no build"; return; }
   say "paths: python -m tests.kernels.path_reruns (budget ${b}s) -> paths.tar.gz"
+  mkdir -p "$OUT/paths"
   VLLM_MYOPS_TEST_SCOPE="${PATHS_SCOPE:-quick}" "$PY" -m tests.kernels.path_reruns \
     --out "$OUT/paths" --timeout "$((b - 40))" --threads "${PATHS_THREADS:-2}" \
     2>&1 | tee "$OUT/paths.txt" || rc=$?

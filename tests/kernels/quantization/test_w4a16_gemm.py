@@ -540,8 +540,9 @@ needs_cuda = pytest.mark.skipif(
 
 
 # Every value VLLM_MYOPS_W4A16_CUDA_PATH forces (also read by
-# tools/gpu/device_session.sh's `paths` stage, which runs each path's
-# CUDA_PATH_TESTS in a process of its own).
+# tests.kernels.path_reruns, device_session.sh's `paths` stage, which runs
+# each path's CUDA_PATH_TESTS and CUDA_PATH_GRAPH_TESTS in a process of its
+# own).
 CUDA_PATHS = (
     "swap",
     "swap_global",
@@ -584,8 +585,8 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included; dequant_pipe: the same in column
     chunks on two streams (one chunk where N < 2048). The default run
-    covers each path only in its own M range; these reruns hold every path to the same fp64
-    reference and tolerance at every M of the tests."""
+    covers each path only in its own M range; these reruns hold every path
+    to the same fp64 reference and tolerance at every M of the tests."""
     _rerun_under_path(path, CUDA_PATH_TESTS, tmp_path)
 
 

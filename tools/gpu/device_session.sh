@@ -565,7 +565,8 @@ stage_vllm_tests() {
   vllm_env || { add_summary vllm_tests SKIP 0 "serve carry set incomplete"; return; }
   read -r -a args <<<"${PLUGIN_TEST_ARGS:-tests/plugin}"
   say "vllm_tests: pytest ${args[*]} (budget ${b}s, log vllm_tests.log)"
-  timeout -s INT "$b" "$PY" -m pytest -q -rfEs -p no:cacheprovider --durations=15 "${args[@]}" \
+  # -rA: also the output of passing tests (the e2e tests print their agreement figures).
+  timeout -s INT "$b" "$PY" -m pytest -q -rA -p no:cacheprovider --durations=15 "${args[@]}" \
     2>&1 | tee "$OUT/vllm_tests.log" | tail -n 30
   rc=${PIPESTATUS[0]}
   line="$(grep -E "(passed|failed|error)" "$OUT/vllm_tests.log" | tail -n 1)"

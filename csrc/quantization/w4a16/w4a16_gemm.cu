@@ -1452,10 +1452,10 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
   const bool is_half = a.scalar_type() == at::kHalf;
   const CudaPath path = cuda_path_for(shape.m);
   if (path == CudaPath::kDequant || path == CudaPath::kDequantPipe) {
-    // cuBLAS chooses its kernel by the operands' alignment: a strided a (row
-    // stride not a multiple of 8 elements) got a slower kernel whose sums
-    // differ in the last bit from the contiguous a's. The copy (M x K, small
-    // beside the K x N dequant) makes the result independent of a's layout.
+    // cuBLAS's kernel choice depends on the operands' layout: a strided a
+    // (row stride not a multiple of 8 elements) gave sums that differ in the
+    // last bit from the contiguous a's. The copy (M x K, small beside the
+    // K x N dequant) makes the result independent of a's layout.
     const at::Tensor a_dense = a_rows.contiguous();
     const bool pipe = path == CudaPath::kDequantPipe;
     if (is_half) {

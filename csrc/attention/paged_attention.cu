@@ -71,51 +71,31 @@
 // maxima is correct (CTAs exit), a smaller max_query_len leaves rows of the
 // longest sequences unwritten (the CPU op raises).
 //
-// ---- Bytes model and prediction (H200, 4.8 TB/s HBM3e) ----------------------
+// ---- Bytes model ------------------------------------------------------------
 // Decode row of context L: K and V of L tokens x H_kv heads x D x 2 bytes,
 // read once per kv head for all G q heads: 4 * L * H_kv * D bytes (256 KB per
 // sequence per 1k tokens at H_kv = 8, D = 128), plus partials
 // H_q * splits * (D + 2) * 4 bytes written and read once (1-6% at 1k context,
-// < 1% from 8k). Floor at ~4.3 TB/s achieved (the issue's floor column).
-// First H200 run (bf16, 32/8 heads, D 128, block 16): 1 x 1024 10.2 us,
-// 1 x 8192 24.5 us, 32 x 8192 381 us (floor 253.5): 58-69% of the floor,
-// and the combine kernel as long as the attention at batch 1. Cause read
-// from the code: each copy of a tile read its block-table entry and the
-// copies were unrolled by 2, so a tile's 16 copies per thread waited on 8
-// table reads in turn (~8 L2 round trips per tile, before any compute);
-// the combine looped over splits one dependent load at a time.
-// Redesign prediction (same case, CUDA graph, cold L2; the table now read a
-// tile ahead, warps pipelined apart, combine fused, 3 CTAs x 64 KB per SM):
-//   1 x 1024:   4.5-6.5 us (4.2 MB; 16 splits -> 128 CTAs, one 32 KB tile
-//               each, under one wave: memset + launch + table + KV round
-//               trip + the last CTA's 16-split merge; target 6)
-//   1 x 8192:   9-12 us (33.5 MB, floor ~8; 43 splits of 3 tiles -> 344
-//               CTAs in one wave of 396, ~2.6 CTAs x 2 x 32 KB in flight
-//               per SM, 43-split merge ~1-1.5 us; target 11)
-//   32 x 8192:  258-272 us (1.07 GB; 3 splits -> 768 CTAs, 1.94 waves of
-//               396 (fill 0.97), ~190 KB in flight per SM against the
-//               ~40 KB 4.8 TB/s needs; 93-98% of the floor; target 93%)
-//   9/3 x 64, 1 x 512: 3.5-5 us (0.4 MB; 8 splits -> 24 CTAs of one tile,
-//               was 9 CTAs; latency bound; sdpa 6.5)
-// Measured (H200, same cases): 10.35 / 25.6 / 325.7 / 9.6 us, 77.8-80% of
-// the floor at >= 32 x 8k (benchmarks/NOTES.md section 10). Second redesign
-// (no memset node: self-resetting counters; the first tiles' table entries
-// read with seq_lens; one-pass merge; copies of 4 whole lines per
-// instruction, was 16 partial ones), prediction, same conditions:
-//   1 x 1024:   7.3-8.3 us (memset node 1-1.5, table trip 0.6-0.9, merge
-//               0.5-0.8 us less; 128 CTAs, 1 per SM; target 6 still missed)
-//   1 x 8192:   17-21 us (the same, the 43-split merge ~1 us, copies 1-3)
-//   32 x 8192:  275-290 us, 87-92% of the floor, IF the L1/LSU pipeline's
-//               cycle per cache line capped the old copies (~32 B/cycle/SM
-//               with ldmatrix on the same pipe vs ~18 needed); ~325 if not
-//   9/3 x 64, 1 x 512: 6.5-7.5 us (24 CTAs; memset, table trip, merge)
-// CTAs/SM: D 128 3 as before (68 KB shared memory each caps it whatever
-// the registers), 12 warps, ~96 KB in flight per SM (one 8 KB quarter tile
-// ahead per warp) against the ~40 KB that 4.3 TB/s x ~1.2 us needs; D 64
-// 4, was 5 (~64 KB in flight).
-// Prefill (compute bound, mma.sync m16n8k16, no wgmma): FA2-class, predicted
-// ~330-400 TFLOP/s causal at 8k on the H200, 45-55% of FA3; the 60% target
-// likely needs 128-row tiles or wgmma (not done).
+// < 1% from 8k). The floor is these bytes at the achievable HBM bandwidth;
+// decode is bound by them, and at small batches by latency. Hence:
+// * A tile's block-table entries are read a tile ahead (and the first two
+//   tiles' with seq_lens): read by each copy, a tile's copies wait on table
+//   reads in turn, L2 round trips before any compute.
+// * The splits of a sequence merge in its last CTA, in one pass, and the
+//   counters reset themselves: no combine kernel, no memset node (at batch
+//   1 each extra launch or node is on the latency-bound critical path).
+// * Small batches take enough splits to fill one wave (1 x 1k: 16 splits,
+//   128 CTAs; 1 x 8k: 43 splits of 3 tiles, 344 CTAs); large ones few
+//   (32 x 8k: 3 splits, 768 CTAs, fill 0.97 on 396 slots).
+// * A copy instruction moves 4 whole cache lines (see the kernel), so the
+//   L1/LSU pipeline is not the limit if it takes a cycle per line.
+// * CTAs per SM: D = 128: 3 (68 KB of shared memory each caps it whatever
+//   the registers), 12 warps, ~96 KB in flight per SM (one 8 KB quarter
+//   tile ahead per warp), above the ~40 KB that HBM bandwidth x latency
+//   needs; D = 64: 4 (~64 KB in flight).
+// Prefill is compute bound: mma.sync m16n8k16 (no wgmma), FlashAttention-2
+// tiles; 128-row tiles (v2) for D = 128 at long prompts.
+// Design: docs/attention/design.md; measurements: docs/attention/log/.
 
 #include <algorithm>
 #include <cmath>
@@ -142,7 +122,7 @@ namespace {
 using namespace tc;
 using namespace attention_cuda;
 
-// ---- Tunables (to be tuned on the H200) -------------------------------------
+// ---- Tunables ---------------------------------------------------------------
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kDecodeTileN = 64;     // decode KV tile (16 tokens per warp)
@@ -194,14 +174,14 @@ __global__ void __launch_bounds__(kThreads, (Config<D, kDecode>::kMinCtas))
   // K/V copies: warp w copies tokens [w, w + 1) * kTileN / 4 of each tile,
   // 8 lanes per token, lane j of a token taking chunks j, j + 8, ...: one
   // copy instruction reads 4 tokens x 128 contiguous bytes, 4 whole cache
-  // lines (was 16 tokens x 32 bytes, 16 lines; if the L1/LSU pipeline
-  // takes a cycle per line, as assumed here and for ncu to confirm, that
-  // was ~256 cycles per 8 KB quarter, 32 bytes/cycle/SM, too close to the
-  // ~18 the H200's bandwidth needs with ldmatrix on the same pipeline).
+  // lines (16 tokens x 32 bytes would be 16 lines; if the L1/LSU pipeline
+  // takes a cycle per line, an assumption, that is ~256 cycles per 8 KB
+  // quarter, 32 bytes/cycle/SM, too close to the ~18 the HBM bandwidth
+  // needs with ldmatrix on the same pipeline).
   // Lane i reads the block-table entry of the warp's token i % kCopyToks a
   // tile ahead (table_ahead, a register) and the copies take it by shuffle,
   // so a tile's copies never wait on a table read. (Read per copy, the
-  // table reads of a tile were serial round trips: the first H200 run.)
+  // table reads of a tile are serial round trips.)
   // Decode: a warp computes on the same tokens it copied, so the warps
   // pipeline apart (__syncwarp, no CTA barrier per tile); prefill warps read
   // the whole tile (__syncthreads).
@@ -678,10 +658,10 @@ PrefillPath prefill_path() {
   return path;
 }
 
-// "auto": v2 for D = 128 from 1024 query tokens. On the H200 (bf16, block
-// 16, NOTES §10) v2 was 1.05-1.12x faster than v1 at 32/8 x 128 from 2048
-// tokens, 1.04x at 4 x 512 and 0.65x at 1 x 512 (half the CTAs of v1);
-// at 9/3 x 64 it was slower (0.68-0.94x) up to 2048 and even at 8192.
+// "auto": v2 for D = 128 from 1024 query tokens. v2 launches half the CTAs
+// of v1: it pays where there are rows enough to fill the GPU (D = 128,
+// long prompts), not for short prompts (too few CTAs) nor for D = 64.
+// Measurements: docs/attention/log/.
 constexpr int64_t kPrefillV2MinQueryLen = 1024;
 constexpr bool prefill_v2_by_default(int d, int64_t max_query_len) {
   return d == 128 && max_query_len >= kPrefillV2MinQueryLen;

@@ -686,10 +686,10 @@ void launch_typed(const RmsNormKernelArgs& args, cudaStream_t stream) {
   if (row_vecs <= 128)
     return launch_warp_rows<T, 32, 4, kVariant>(args, stream);
   // Block per row: the fewest vectors per thread that fit in 128 threads,
-  // then up to 512 threads of 8 vectors, except where the H200 A/B runs
-  // (benchmarks/NOTES.md, v2, v4, v4b, v4c) found a layout that keeps more
-  // rows resident per SM: an SM holds 64K registers, so registers x threads
-  // per row sets how many rows load at once.
+  // then up to 512 threads of 8 vectors, except where a layout keeps more
+  // rows resident per SM (docs/layernorm/design.md: v2, v4, v4b, v4c): an
+  // SM holds 64K registers, so registers x threads per row sets how many
+  // rows load at once.
   // * Fused add (three row-sized register arrays), 513-1024 vectors: 4
   //   vectors over up to 256 threads. Its 640-thread launch bound is
   //   deliberate: it caps the kernel's registers lower than a 256-thread

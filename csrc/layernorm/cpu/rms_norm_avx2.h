@@ -139,7 +139,7 @@ inline void normalize(const RowArgs<E>& r, float inv_rms) {
   for (; j < r.head; ++j) scalar(j);
   const __m256 scale = _mm256_set1_ps(inv_rms);
   // K chunks at a time, op by op: independent chains side by side let the
-  // core overlap their latencies (2 measured faster than 1 or 4).
+  // core overlap their latencies (K = 2; 1 and 4: docs/layernorm/log/).
   auto step = [&]<int K>(int64_t off) {
     __m256 a[K], b[K];
     for (int c = 0; c < K; ++c) E::load(src + off + c * kChunk, a[c], b[c]);
@@ -236,8 +236,8 @@ inline float* scratch(std::vector<Vec8>& buf, int64_t floats) {
 // (below that, preparing costs about what it saves), and the widest row it
 // is prepared for (256 KiB of fp32 per thread: wider, it would not stay in
 // L2 next to the rows, and the bf16/fp16 weight is half the bytes). It
-// saves 2 of ~29 vector ops per 16 bf16 elements (benchmarks/NOTES.md, "CPU
-// kernel design measurements").
+// saves 2 of ~29 vector ops per 16 bf16 elements (docs/layernorm/design.md,
+// CPU kernel design).
 constexpr int64_t kPrepWeightMinRows = 4;
 constexpr int64_t kPrepWeightMaxWidth = int64_t{1} << 16;
 

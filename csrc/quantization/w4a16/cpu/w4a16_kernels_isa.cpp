@@ -65,11 +65,11 @@ namespace {
 
 constexpr int kTileN = 64;
 
-// The weight is read once, in order: prefetching kPrefetchRows word-rows
-// (8 KiB) ahead measured 1.3-2x faster at M = 1 than the hardware
-// prefetcher alone on this project's machine (NOTES section 8). Past the
-// n-tile it runs into the next one (contiguous); past the weight's end a
-// prefetch is harmless.
+// The weight is read once, in order: at M = 1 the kernel is bound by that
+// stream, and prefetching kPrefetchRows word-rows (8 KiB) ahead keeps more
+// of it in flight than the hardware prefetcher alone
+// (docs/quantization/log/). Past the n-tile it runs into the next one
+// (contiguous); past the weight's end a prefetch is harmless.
 constexpr int kPrefetchRows = 32;
 inline void prefetch_row(const int32_t* row) {
   for (int l = 0; l < 4; ++l)  // 64 words = 4 cache lines

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # What CI runs for lint: every pre-commit hook over the whole repo (ruff,
 # clang-format, mypy, typos, check-yaml/toml/json, shellcheck, SPDX headers,
-# pipeline validation), then the Buildkite pipeline validator on its own so
-# its report is visible even when a hook failed earlier.
+# no measurements in csrc/ comments, pipeline validation), then the Buildkite
+# pipeline validator on its own so its report is visible even when a hook
+# failed earlier.
 #   PYTHON=.venv/bin/python (default) is the environment that holds
 #   pre-commit; the hooks get their own pinned environments from PyPI,
 #   cached under $PRE_COMMIT_HOME (default ~/.cache/pre-commit).

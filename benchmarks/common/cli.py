@@ -1,22 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line every kernel benchmark shares, and its main flow:
 flags, device, implementations, ceilings, the sweep, tables, the results
-JSON, the plot, the regression gate against a saved file and the exit status
-(1: slower than --compare by more than --threshold; 2: ours wrong, failing or
-missing somewhere; 3: both). A benchmark adds its own flags
+JSON, the plot, the regression gate against a saved file (--compare PATH) or
+against this device's named baseline (--compare-baseline NAME:
+benchmarks/results/baselines/<device>/NAME.json, benchmarks/common/baselines.py)
+and the exit status (1: slower than the baseline by more than --threshold;
+2: ours wrong, failing or missing somewhere; 3: both; 4: --compare-baseline
+names no baseline of this device, before anything is measured). A benchmark adds its own flags
 (sweep.Benchmark.add_arguments) and calls `main(benchmark, argv, __doc__)`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from benchmarks.common import baselines, roofline, sweep, tables, timing
 from benchmarks.common import results as bresults
-from benchmarks.common import roofline, sweep, tables, timing
 from benchmarks.common.sweep import Benchmark, log, short_error
 
 
@@ -53,11 +57,22 @@ def build_parser(bench: Benchmark, doc: str) -> argparse.ArgumentParser:
     ap.add_argument(
         "--plot", help="write a PNG here (%% of floor and of ceiling per shape)"
     )
-    ap.add_argument(
+    gate = ap.add_mutually_exclusive_group()
+    gate.add_argument(
         "--compare",
+        metavar="PATH",
         help="saved JSON to gate against: exit 1 if ours is slower by more "
         "than --threshold percent at any case (exit 2: ours wrong/failed/missing "
         "somewhere; 3: both)",
+    )
+    gate.add_argument(
+        "--compare-baseline",
+        metavar="NAME",
+        help="gate against this device's named baseline, "
+        "benchmarks/results/baselines/<device>/NAME.json, the device folder from "
+        "the GPU's name (NVIDIA H100 80GB HBM3 -> h100, NVIDIA H200 -> h200; CPU -> "
+        f"cpu; env {baselines.DEVICE_ENV} overrides); exit 4 before measuring when "
+        "that file does not exist",
     )
     ap.add_argument(
         "--threshold", type=float, default=3.0, help="regression threshold in percent"
@@ -179,6 +194,14 @@ def select_impls(
     return [n for n in known if n in names]  # canonical order, floor first
 
 
+def resolve_compare_baseline(name: str, device: torch.device) -> str:
+    """The path of this device's baseline NAME (baselines.BaselineNotFound
+    when there is none)."""
+    slug = baselines.current_device_slug(device)
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return str(baselines.resolve_baseline(name, slug, device_name=dev_name))
+
+
 def plot(
     records: Sequence[dict[str, Any]],
     path: str,
@@ -276,6 +299,13 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None, doc: str = "") -> 
         torch.set_num_threads(args.threads)
     if args.target_s is None:
         args.target_s = 0.15 if device.type == "cuda" else 0.4
+    if args.compare_baseline:
+        try:
+            args.compare = str(resolve_compare_baseline(args.compare_baseline, device))
+        except baselines.BaselineNotFound as e:
+            print(f"error: --compare-baseline: {e}", file=sys.stderr, flush=True)
+            return 4
+        log(f"gate baseline: {bresults.portable_arg(args.compare)}")
     bench.finish_args(args, device)
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()

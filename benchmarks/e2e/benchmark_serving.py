@@ -433,8 +433,9 @@ def format_table(
     side_names: list[str],
     plan: list[tuple[int | None, int, int]],
 ) -> str:
-    """One row per (level, side); each side after the first also as a
-    throughput ratio to the first."""
+    """One row per (level, side); then each side after the first against the
+    first (the reference): "<side> vs <first>: N.NNx the throughput (tok/s);
+    N.NNx lower/higher TPOT p50; ... TTFT p50"."""
     w = max(8, *(len(n) for n in side_names))
     hdr = (
         f"{'ctx':>6} {'C':>3} {'side':<{w}} {'tok/s':>8} {'req/s':>7} "
@@ -453,14 +454,40 @@ def format_table(
                 f"{_num(s['latency_p95_s'], 10, 3)} {_num(s['ttft_p50_s'], 8, 1, 1e3)} "
                 f"{_num(s['tpot_p50_s'], 8, 2, 1e3)}"
             )
-        base = summary[first][key]["output_tok_per_s"]
         for name in side_names[1:]:
-            tps = summary[name][key]["output_tok_per_s"]
-            if base and tps:
-                lines.append(
-                    f"{'':>6} {'':>3} {first}/{name} throughput: {base / tps:.3f}x"
-                )
+            text = ratio_text(name, first, summary[name][key], summary[first][key])
+            if text:
+                lines.append(f"{'':>6} {'':>3} {text}")
     return "\n".join(lines)
+
+
+# Latency metrics the ratio line names (lower is better), with their labels.
+RATIO_LATENCIES = (("tpot_p50_s", "TPOT p50"), ("ttft_p50_s", "TTFT p50"))
+
+
+def latency_ratio_text(label: str, side: float, ref: float) -> str:
+    """'1.20x lower TPOT p50' (side faster) / '1.20x higher ...' / 'same ...',
+    the factor always >= 1 and the direction in the words."""
+    if side == ref or abs(side / ref - 1.0) < 0.005:
+        return f"same {label}"
+    if side < ref:
+        return f"{ref / side:.2f}x lower {label}"
+    return f"{side / ref:.2f}x higher {label}"
+
+
+def ratio_text(side: str, ref: str, s: dict[str, Any], r: dict[str, Any]) -> str | None:
+    """'<side> vs <ref>: 1.83x the throughput (tok/s); 1.20x lower TPOT p50;
+    ...': side's output tokens/s over the reference's, then each latency as
+    a factor >= 1 with its direction; None when neither has a throughput."""
+    tps, base = s.get("output_tok_per_s"), r.get("output_tok_per_s")
+    if not tps or not base:
+        return None
+    parts = [f"{tps / base:.2f}x the throughput (tok/s)"]
+    for metric, label in RATIO_LATENCIES:
+        a, b = s.get(metric), r.get(metric)
+        if a and b:
+            parts.append(latency_ratio_text(label, a, b))
+    return f"{side} vs {ref}: " + "; ".join(parts)
 
 
 def _metadata() -> dict[str, Any]:

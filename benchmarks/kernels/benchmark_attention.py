@@ -48,6 +48,7 @@ Examples:
   python -m benchmarks.kernels.benchmark_attention --kind decode --batch 1,32 --ctx 1024,8192
   python -m benchmarks.kernels.benchmark_attention --preset cpu --save cpu_attn.json
   python -m benchmarks.kernels.benchmark_attention --dry-run
+  python -m benchmarks.kernels.benchmark_attention --compare-baseline attention_bf16  # baselines/<this GPU>/
 """
 
 from __future__ import annotations

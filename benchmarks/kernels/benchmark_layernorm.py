@@ -39,6 +39,7 @@ Examples:
   python -m benchmarks.kernels.benchmark_layernorm --dry-run       # no GPU: plumbing only
   python -m benchmarks.kernels.benchmark_layernorm --summarize a.json b.json --plot all.png
   python -m benchmarks.kernels.benchmark_layernorm --compare old.json --threshold 3
+  python -m benchmarks.kernels.benchmark_layernorm --compare-baseline layernorm_bf16  # baselines/<this GPU>/
 """
 
 from __future__ import annotations

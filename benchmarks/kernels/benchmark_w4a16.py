@@ -41,7 +41,7 @@ Examples:
   python -m benchmarks.kernels.benchmark_w4a16 --preset cpu --save cpu.json
   python -m benchmarks.kernels.benchmark_w4a16 --m 1,16 --nk 28672x4096 --zp sym,asym
   python -m benchmarks.kernels.benchmark_w4a16 --dry-run
-  python -m benchmarks.kernels.benchmark_w4a16 --compare benchmarks/results/baselines/h200/w4a16_bf16.json
+  python -m benchmarks.kernels.benchmark_w4a16 --compare-baseline w4a16_bf16  # baselines/<this GPU>/
 """
 
 from __future__ import annotations

@@ -325,7 +325,9 @@ def test_main_table_and_json(tmp_path, monkeypatch, capsys):
     assert rc == 0
     assert [s[0] for s in starts] == ["w4a16", "bf16", "bf16", "w4a16"]
     text = capsys.readouterr().out
-    assert "w4a16/bf16 throughput: 2.000x" in text
+    # bf16 (the second side) served half the reference w4a16's tokens/s.
+    assert "bf16 vs w4a16: 0.50x the throughput (tok/s); same TPOT p50" in text
+    assert "w4a16/bf16" not in text
     data = json.loads(out.read_text())
     assert data["schema"] == "vllm-myops-bench-serving/2"
     assert set(data["summary"]) == {"w4a16", "bf16"}
@@ -424,3 +426,32 @@ def test_choice_lines():
         "Using AttentionBackendEnum.FLASH_ATTN backend.",
         "Using CPUWNA16LinearKernel for AutoGPTQLinearMethod",
     ]
+
+
+def test_ratio_lines_name_side_reference_and_direction():
+    # bf16 is the reference (first side); myops_all served 1.83x its tokens/s
+    # with a lower TPOT and a higher TTFT.
+    plan = [(None, 16, 32)]
+    key = bs.level_key(16, None)
+    row = {m: 1.0 for m in bs.METRICS}
+    summary = {
+        "bf16": {key: {**row, "output_tok_per_s": 100.0, "tpot_p50_s": 0.0024,
+                       "ttft_p50_s": 0.020}},
+        "myops_all": {key: {**row, "output_tok_per_s": 183.0, "tpot_p50_s": 0.0020,
+                            "ttft_p50_s": 0.025}},
+    }  # fmt: skip
+    text = bs.format_table(summary, ["bf16", "myops_all"], plan)
+    assert (
+        "myops_all vs bf16: 1.83x the throughput (tok/s); 1.20x lower TPOT p50; "
+        "1.25x higher TTFT p50"
+    ) in text
+    assert "bf16/myops_all" not in text and "0.547" not in text
+    # The other way round: the reference is the faster side.
+    text = bs.format_table(summary, ["myops_all", "bf16"], plan)
+    assert (
+        "bf16 vs myops_all: 0.55x the throughput (tok/s); 1.20x higher TPOT p50" in text
+    )
+    assert bs.latency_ratio_text("TPOT p50", 0.002, 0.002001) == "same TPOT p50"
+    # A side without a measured throughput gets no ratio line.
+    summary["myops_all"][key]["output_tok_per_s"] = None
+    assert " vs " not in bs.format_table(summary, ["bf16", "myops_all"], plan)

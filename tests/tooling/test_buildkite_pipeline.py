@@ -203,6 +203,37 @@ def test_validator_outputs_and_absolute_paths_not_checked(repo: Path) -> None:
     assert errors(repo) == []
 
 
+def test_validator_checks_compare_baseline_per_queue(repo: Path) -> None:
+    # --compare-baseline NAME needs benchmarks/results/baselines/<queue's GPU>/NAME.json.
+    _write(
+        repo,
+        {
+            ".buildkite/test_areas/gate.yaml": """\
+                group: Gate
+                steps:
+                - label: "gate"
+                  key: gate
+                  device: h200_18gb
+                  commands:
+                  - python -m pkg.tool --compare-baseline attention_bf16
+                """,
+            "benchmarks/results/baselines/h200/attention_bf16.json": "{}",
+        },
+    )
+    assert errors(repo) == []
+    f = repo / ".buildkite/test_areas/gate.yaml"
+    f.write_text(f.read_text().replace("device: h200_18gb", "device: h100"))
+    errs = errors(repo)
+    assert any(
+        "benchmarks/results/baselines/h100/attention_bf16.json" in e
+        and "devices with it: h200" in e
+        for e in errs
+    ), errs
+    assert vp.queue_baseline_device("h200_35gb") == "h200"
+    assert vp.queue_baseline_device(None) == "cpu"
+    assert vp.queue_baseline_device("intel_cpu") == "cpu"
+
+
 def test_validator_checks_lm_eval_configs(repo: Path) -> None:
     cfg = repo / "evals/configs/m.yaml"
     cfg.write_text(

@@ -432,6 +432,13 @@ def test_real_h200_w4a16_swap_report_verdicts(tmp_path):
     )  # fmt: skip
     assert len(got) == 21
     assert got[: len(H200_SWAP_RULES)] == H200_SWAP_RULES
+    # The same ceilings by name: the h200 folder's w4a16_bf16 baseline.
+    by_name = _real_verdicts(
+        tmp_path, "h200_w4a16_swap", "benchmarks.kernels.benchmark_w4a16",
+        ["--baseline", "w4a16_bf16", "--baseline-device", "h200"],
+        "--m 1,8,16,32 --nk 28672x4096,4096x14336",
+    )  # fmt: skip
+    assert by_name == got
     swap = [g for g in got if g[1] == "w4a16_swap_kernel"]
     # 4096x14336: few warps (22% occupancy) rather than wait at M = 1.
     assert {g[2] for g in swap} <= {"wait", "few_warps"} and len(swap) == 4

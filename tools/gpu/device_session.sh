@@ -475,11 +475,11 @@ stage_triage() {
     case "$fam" in
       layernorm)
         bench=benchmarks.kernels.benchmark_layernorm
-        res=(--results benchmarks/results/baselines/h200/layernorm_bf16.json)
+        res=(--baseline layernorm_bf16)  # baselines/<this GPU>/, e.g. h200/
         args="${TRIAGE_LAYERNORM_ARGS:---ops rms_norm,fused_add_rms_norm --rows 16,1024,8192 --hidden 4096,8192 --impls ours,compile}" ;;
       w4a16)
         bench=benchmarks.kernels.benchmark_w4a16
-        res=(--results benchmarks/results/baselines/h200/w4a16_bf16.json)
+        res=(--baseline w4a16_bf16)
         args="${TRIAGE_W4A16_ARGS:---m 1,16 --nk 28672x4096,4096x14336 --impls ours}" ;;
       attention)
         bench=benchmarks.kernels.benchmark_attention

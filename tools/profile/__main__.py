@@ -2,7 +2,8 @@
 """python -m tools.profile {triage,system,rules} ...
 
 triage REPORT [--log LOG] [--benchmark MODULE [--case LABEL]] [--bytes N --flops N]
-       [--results JSON | --bandwidth-gbps X --tflops Y] [--json OUT] [-- BENCHMARK FLAGS]
+       [--results JSON | --baseline NAME | --bandwidth-gbps X --tflops Y] [--json OUT]
+       [-- BENCHMARK FLAGS]
     REPORT: an ncu raw CSV (ncu --import R --page raw --csv) or a .ncu-rep (needs ncu).
 triage --run --benchmark MODULE --export PATH [...] -- BENCHMARK FLAGS
     profile the benchmark's cases under ncu first (GPU machine), then triage them.
@@ -36,6 +37,14 @@ def _triage(args: argparse.Namespace, bench_args: list[str]) -> int:
         report = args.report
     kernels = ncu.load(report, log)
     ceilings: dict[str, float | None] = {}
+    if args.baseline:
+        from benchmarks.common import baselines  # noqa: PLC0415
+
+        slug = args.baseline_device or baselines.current_device_slug()
+        try:
+            args.results = str(baselines.resolve_baseline(args.baseline, slug))
+        except baselines.BaselineNotFound as e:
+            raise SystemExit(f"triage --baseline: {e}") from None
     if args.results:
         ceilings = tr.ceilings_from_results(args.results)
     if args.bandwidth_gbps:
@@ -100,8 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--bytes", type=float, help="bytes the op must move (instead of a benchmark)"
     )
     t.add_argument("--flops", type=float, help="FLOPs of the op")
-    t.add_argument(
+    res = t.add_mutually_exclusive_group()
+    res.add_argument(
         "--results", help="benchmark results JSON with the measured ceilings"
+    )
+    res.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="the ceilings of this device's named baseline, "
+        "benchmarks/results/baselines/<device>/NAME.json (device from the GPU's "
+        "name: h100, h200, ...; or --baseline-device)",
+    )
+    t.add_argument(
+        "--baseline-device",
+        metavar="SLUG",
+        help="with --baseline: the device folder (e.g. h200 for a report "
+        "recorded there), instead of this machine's GPU",
     )
     t.add_argument("--bandwidth-gbps", type=float, help="measured copy ceiling, GB/s")
     t.add_argument("--tflops", type=float, help="measured compute ceiling, TFLOP/s")

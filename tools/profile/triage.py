@@ -5,7 +5,7 @@ a verdict, its evidence (metric, value, threshold) and the next change.
 
     python -m tools.profile triage raw.csv --log profile.log \\
         --benchmark benchmarks.kernels.benchmark_layernorm \\
-        --results benchmarks/results/baselines/h200/layernorm_bf16.json
+        --baseline layernorm_bf16      # this GPU's baselines/<device>/ file
 
 The case of each kernel comes from the profiled program's log
 (`profile case K: IMPL LABEL`, as benchmarks/kernels/profile_cases.py and
@@ -13,8 +13,10 @@ profile_anchors.py print it) or from --case LABEL; its bytes and FLOPs from
 the benchmark's own model (BENCHMARK.bytes/flops of the case with that
 label, over the benchmark's GPU cases or the flags after `--`), or from
 --bytes/--flops. Ceilings: --results JSON ("ceiling", "compute_ceiling" as
-benchmarks/common writes them, or a "ceilings" object) or --bandwidth-gbps
-/ --tflops.
+benchmarks/common writes them, or a "ceilings" object), --baseline NAME
+(benchmarks/results/baselines/<device>/NAME.json, the device from the GPU's
+name or --baseline-device; benchmarks/common/baselines.py) or
+--bandwidth-gbps / --tflops.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ Checks, each reported with the file and step it concerns:
   repo's packages), relative to the step's working_dir; outputs (``--save``,
   ``-o``, ``--junitxml``, redirections) and absolute or ``$VAR`` paths are not
   checked.
+- ``--compare-baseline NAME`` (the benchmarks' gate by name) has its file,
+  ``benchmarks/results/baselines/<device>/NAME.json``, for the step's agent
+  queue (``h200``, ``h200_18gb`` -> h200; ``h100`` -> h100; no GPU -> cpu).
 - lm-eval config lists named by ``--config-list-file`` exist and each config
   has vLLM's lm-eval-harness schema (model_name, tasks -> name, metrics ->
   name/value, limit, num_fewshot, optional rtol).
@@ -482,6 +485,50 @@ def check_commands(step: Step, root: Path, top_level: set[str]) -> list[str]:
     return errs
 
 
+BASELINES_DIR = "benchmarks/results/baselines"
+
+
+def queue_baseline_device(device: Any) -> str:
+    """The baselines folder of an agent queue: its GPU model (the part before
+    '_' or '-': h200_18gb -> h200), cpu for a CPU queue or none."""
+    dev = str(device or "").lower()
+    if not dev or "cpu" in dev:
+        return "cpu"
+    return re.split(r"[_-]", dev, maxsplit=1)[0]
+
+
+def check_compare_baselines(step: Step, root: Path) -> list[str]:
+    errs = []
+    slug = queue_baseline_device(step.data.get("device"))
+    for cmd in step.data.get("commands") or []:
+        if not isinstance(cmd, str):
+            continue
+        try:
+            words = _shell_words(cmd)
+        except ValueError:
+            continue  # reported by check_commands
+        for i, w in enumerate(words):
+            name = None
+            if w == "--compare-baseline" and i + 1 < len(words):
+                name = words[i + 1]
+            elif w.startswith("--compare-baseline="):
+                name = w.split("=", 1)[1]
+            if name is None or "$" in name:
+                continue
+            stem = name[: -len(".json")] if name.endswith(".json") else name
+            rel = f"{BASELINES_DIR}/{slug}/{stem}.json"
+            if not (root / rel).is_file():
+                have = sorted(
+                    d.parent.name for d in (root / BASELINES_DIR).glob(f"*/{stem}.json")
+                )
+                errs.append(
+                    f"{_where(step)}: --compare-baseline {name} on queue "
+                    f"{step.data.get('device') or '(none)'} needs {rel}, which does not "
+                    f"exist (devices with it: {', '.join(have) or 'none'})"
+                )
+    return errs
+
+
 def check_lm_eval_config(data: Any, name: str) -> list[str]:
     """vLLM lm-eval-harness config schema."""
     if not isinstance(data, dict):
@@ -564,6 +611,7 @@ def validate(root: Path) -> tuple[Pipeline, list[str]]:
         errors += check_step_fields(step, set(keys))
         errors += check_dependencies(step, paths, dirs)
         errors += check_commands(step, pipe.root, top_level)
+        errors += check_compare_baselines(step, pipe.root)
     return pipe, errors
 
 

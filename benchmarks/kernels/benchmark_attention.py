@@ -2,9 +2,10 @@
 """Paged attention benchmark: our kernel beside every anchor, against the
 KV-bytes floor (decode) and the tensor-core roof (prefill).
 
-Method (benchmarks/NOTES.md has the long form; the sweep, tables, flags and
-results are benchmarks/common's, this file declares the family's cases,
-implementations, check, bytes/FLOP models and targets):
+Method (docs/project/design.md has the long form, docs/attention/design.md
+this family's; the sweep, tables, flags and results are benchmarks/common's,
+this file declares the family's cases, implementations, check,
+bytes/FLOP models and targets):
 - A case is one attention call of one layer over a batch of `batch`
   sequences of equal context `ctx` in a paged KV cache
   [num_blocks, H_kv, block, 2*D] (vllm_myops.attention's layout), blocks

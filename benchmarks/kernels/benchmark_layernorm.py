@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """RMSNorm benchmark: our kernels beside every anchor, against floor and ceiling.
 
-Method (benchmarks/NOTES.md has the long form; the sweep, tables, flags and
-results are benchmarks/common's, this file declares the family's cases,
-implementations, check, bytes model and targets):
+Method (docs/project/design.md has the long form, docs/layernorm/design.md
+this family's; the sweep, tables, flags and results are benchmarks/common's,
+this file declares the family's cases, implementations, check,
+bytes model and targets):
 - Every implementation is timed the same way: on CUDA, one CUDA graph calls it
   once on each of K buffer sets (x, weight, out | x, residual, weight) whose
   total exceeds 3x the L2, replayed; median and p90 per call. On CPU, a

@@ -2,9 +2,10 @@
 """W4A16 GEMM benchmark: our kernels beside every anchor, against the weight
 floor and the roofline.
 
-Method (benchmarks/NOTES.md has the long form; the sweep, tables, flags and
-results are benchmarks/common's, this file declares the family's cases,
-implementations, check, bytes/FLOP models and targets):
+Method (docs/project/design.md has the long form, docs/quantization/design.md
+this family's; the sweep, tables, flags and results are benchmarks/common's,
+this file declares the family's cases, implementations, check,
+bytes/FLOP models and targets):
 - A case is `a [M, K] @ W [K, N]` with W int4 (GPTQ interchange format,
   vllm_myops.quantization.reference), group `--group`, symmetric or with zero
   points (`--zp`). Each buffer set holds its own weight (every layer of a

@@ -2,9 +2,10 @@
 """tools/profile triage: the ncu raw-CSV reader, the decision tree branch by
 branch (tests/tooling/data/ncu/branches.csv: one synthetic row per branch,
 written by make_fixtures.py), the issue's classic case (achieved occupancy
-25%, long_scoreboard 60%), and the verdicts on the NOTES section 4 tables
-rebuilt as ncu rows (notes_anchors, notes_v4_small) through the CLI with the
-layernorm benchmark's bytes model and the H200 baseline's measured ceiling."""
+25%, long_scoreboard 60%), and the verdicts on the RMSNorm ncu tables of
+docs/layernorm/log/ rebuilt as ncu rows (notes_anchors, notes_v4_small) through
+the CLI with the layernorm benchmark's bytes model and the H200 baseline's
+measured ceiling."""
 
 from __future__ import annotations
 
@@ -152,18 +153,18 @@ def test_classic_occupancy_25_long_scoreboard_60(branch_rows):
     )
 
 
-def test_occupancy_limits_match_the_notes():
-    # NOTES "Wave steps": 96 threads x 122 registers -> 5 rows per SM;
-    # 128 x 59 -> 8; v4: 5 x 128 threads at 72 registers -> 7.
+def test_occupancy_limits_match_the_log():
+    # docs/layernorm/log/2026-11-29-wave-steps.md: 96 threads x 122 registers
+    # -> 5 rows per SM; 128 x 59 -> 8; v4: 5 x 128 threads at 72 registers -> 7.
     assert tr.occupancy_limits(122, 96)["launch__occupancy_limit_registers"] == 5
     assert tr.occupancy_limits(59, 128)["launch__occupancy_limit_registers"] == 8
     assert tr.occupancy_limits(72, 128)["launch__occupancy_limit_registers"] == 7
 
 
-# NOTES section 4, "The anchors that still win": ours loses where it holds the
-# row in registers (too few warps, registers the limiter); the anchors that
+# docs/layernorm/log/2026-11-29-anchors-under-ncu.md: ours loses where it
+# holds the row in registers (too few warps, registers the limiter); the anchors that
 # win are at the roof; the others have warps but one load in flight each.
-NOTES_ANCHORS = [
+LOGGED_ANCHORS = [
     ("ours rms_norm bf16 8192x8192", "few_bytes_in_flight_warps"),
     ("compile rms_norm bf16 8192x8192", "at_roof"),
     ("vllm rms_norm bf16 8192x8192", "few_loads_per_thread"),
@@ -180,7 +181,7 @@ NOTES_ANCHORS = [
 ]
 
 
-def test_cli_on_the_notes_tables(tmp_path, capsys):
+def test_cli_on_the_logged_tables(tmp_path, capsys):
     out = tmp_path / "v.json"
     rc = cli.main([
         "triage", str(DATA / "notes_anchors.csv"), "--log", str(DATA / "notes_anchors.log"),
@@ -189,13 +190,13 @@ def test_cli_on_the_notes_tables(tmp_path, capsys):
     ])  # fmt: skip
     assert rc == 0
     got = [(d["label"], d["rule"]) for d in json.loads(out.read_text())]
-    assert got == NOTES_ANCHORS
+    assert got == LOGGED_ANCHORS
     text = capsys.readouterr().out
     assert (
         "limiter: registers (59 registers/thread: 4 blocks of 256 threads per SM"
         in text
     )
-    # The 16-row cases: launch/latency-bound (NOTES: ~6% occupancy, one block per SM).
+    # The 16-row cases: launch/latency-bound (v4 profile: ~6% occupancy, one block per SM).
     rc = cli.main([
         "triage", str(DATA / "notes_v4_small.csv"), "--log", str(DATA / "notes_v4_small.log"),
         "--benchmark", "benchmarks.kernels.benchmark_layernorm", "--bandwidth-gbps", "4250",
@@ -316,8 +317,8 @@ def test_cli_on_the_real_h200_w4a16_report(tmp_path):
     assert [d["rule"] for d in decode] == ["few_warps"] * 4
 
 
-# NOTES section 9, "RMSNorm on the H200, real report": the rule per case of
-# ours and torch.compile (the floor pass is the roof's reference, not tabled).
+# docs/layernorm/log/2026-12-01-h200-ncu-report-vs-compile.md: the rule per
+# case of ours and torch.compile (the floor pass is the roof's reference, not tabled).
 H200_LAYERNORM_RULES = {
     "rms_norm bf16 16x4096": ("small_grid", "small_grid"),
     "rms_norm bf16 16x8192": ("small_grid", "small_grid"),
@@ -360,7 +361,7 @@ def test_real_h200_layernorm_report_labels_every_kernel():
     assert len(ours) == 12 and all("vllm_myops" in k.name for k in ours)
 
 
-def test_real_h200_layernorm_verdicts_match_notes(h200_layernorm_verdicts):
+def test_real_h200_layernorm_verdicts_match_the_log(h200_layernorm_verdicts):
     got = h200_layernorm_verdicts
     for case, (ours, compile_) in H200_LAYERNORM_RULES.items():
         assert (got[f"ours {case}"]["rule"], got[f"compile {case}"]["rule"]) == (
@@ -370,7 +371,7 @@ def test_real_h200_layernorm_verdicts_match_notes(h200_layernorm_verdicts):
 
 
 def test_real_h200_layernorm_verdicts_by_row_count(h200_layernorm_verdicts):
-    """The reading NOTES section 9 draws from the report: 16 rows small_grid for
+    """The reading the layernorm log draws from the report: 16 rows small_grid for
     both; 8192 rows ours at the roof for rms_norm and short of bytes in flight
     for the fused add; 1024 rows ours latency-bound."""
     ours = {
@@ -409,7 +410,8 @@ def _real_verdicts(
     ]
 
 
-# NOTES section 9, "Triage of the GEMM and attention kernels (H200)": the rule per
+# docs/quantization/log/2026-12-02-ncu-swap-ring4-mma.md and
+# docs/attention/log/2026-12-02-ncu-decode-and-prefill-v1.md: the rule per
 # kernel of the recorded reports (swap-AB W4A16 GEMM, attention decode, prefill).
 H200_SWAP_RULES = [
     ("floor bf16 sym g128 M=1 28672x4096", "vectorized_elementwise_kernel", "at_roof"),

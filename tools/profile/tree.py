@@ -104,7 +104,7 @@ def C(fact: str, op: str, value: float = 0.0) -> Cond:
     return Cond(fact, op, value)
 
 
-# Thresholds, named once: the tests and NOTES quote them.
+# Thresholds, named once: the tests and docs/project/design.md quote them.
 NEAR_ROOF_PCT = (
     95.0  # the project's floor targets are 97%; ncu's isolated runs cost a few %
 )

@@ -9,8 +9,8 @@ profile stages write theirs to /tmp on the GPU machine; `git log --all
 row of metric names, unit row, one row per kernel, ==PROF== noise first)
 with the metric names ncu emits and tools/gpu/ncu_table.py parses:
 
-- notes_anchors.csv/.log: the table "The anchors that still win, under ncu"
-  of benchmarks/NOTES.md section 4 rebuilt row by row (time, DRAM %,
+- notes_anchors.csv/.log: the table of
+  docs/layernorm/log/2026-11-29-anchors-under-ncu.md rebuilt row by row (time, DRAM %,
   achieved occupancy, registers, block, load sectors per request, the two
   stall values). What the table does not give is filled in and marked here:
   `selected` = 1.0 cycle per issued instruction (a warp that issues spends
@@ -122,7 +122,7 @@ def rms_bytes(op: str, rows: int, hidden: int) -> int:
 
 def anchors() -> None:
     # (impl, op, rows, hidden, us, DRAM %, occupancy %, regs, block, ld sectors/req,
-    #  (stall, value), (stall, value)) as in NOTES section 4.
+    #  (stall, value), (stall, value)) as in docs/layernorm/log/2026-11-29-anchors-under-ncu.md.
     table = [
         ("ours", "rms_norm", 8192, 8192, 66.6, 76.3, 46.6, 59, 256, 16, ("long_scoreboard", 4.7), ("barrier", 1.6)),
         ("compile", "rms_norm", 8192, 8192, 61.2, 82.3, 91.1, 23, 512, 8, ("long_scoreboard", 17.2), ("barrier", 5.6)),

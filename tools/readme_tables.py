@@ -76,7 +76,12 @@ TABLES: tuple[Table, ...] = (
             ("fused_add_rms_norm", 8192, 5125),
             ("fused_add_rms_norm", 32768, 8192),
         ),
-        anchors={"compile": "torch.compile", "vllm": "vLLM", "liger": "Liger", "quack": "Quack"},
+        anchors={
+            "compile": "torch.compile",
+            "vllm": "vLLM",
+            "liger": "Liger",
+            "quack": "Quack",
+        },
         extra=_pct_floor,
         extra_name="ours % of floor",
     ),
@@ -85,8 +90,15 @@ TABLES: tuple[Table, ...] = (
         files=("w4a16_bf16", "w4a16_bf16_large_m"),
         key=("n", "k", "m"),
         label=lambda r: f"{r['n']} x {r['k']}, M = {r['m']}",
-        cases=_gemm_cases(((28672, 4096), (4096, 14336)), (1, 4, 16, 64, 256, 1024, 4096)),
-        anchors={"marlin": "Marlin", "machete": "Machete", "mm": "cuBLAS bf16", "tinygemm": "tinygemm"},
+        cases=_gemm_cases(
+            ((28672, 4096), (4096, 14336)), (1, 4, 16, 64, 256, 1024, 4096)
+        ),
+        anchors={
+            "marlin": "Marlin",
+            "machete": "Machete",
+            "mm": "cuBLAS bf16",
+            "tinygemm": "tinygemm",
+        },
         extra=_pct_floor,
         extra_name="ours % of weight floor",
     ),
@@ -123,7 +135,9 @@ def _us(r: Record | None) -> str:
     return f"{v:.1f}" if v < 1000 else f"{v:.0f}"
 
 
-def _load(device_dir: Path, t: Table) -> tuple[dict[tuple[Any, ...], dict[str, Record]], list[str]]:
+def _load(
+    device_dir: Path, t: Table
+) -> tuple[dict[tuple[Any, ...], dict[str, Record]], list[str]]:
     """{case: {impl: record}} of the table's files, and their relative paths."""
     by_case: dict[tuple[Any, ...], dict[str, Record]] = {}
     paths = []
@@ -149,7 +163,9 @@ def render_table(device_dir: Path, t: Table) -> list[str]:
     by_case, paths = _load(device_dir, t)
     if not paths:
         return []
-    anchors = {i: n for i, n in t.anchors.items() if any(i in v for v in by_case.values())}
+    anchors = {
+        i: n for i, n in t.anchors.items() if any(i in v for v in by_case.values())
+    }
     head = ["case", "floor", "ours", *anchors.values(), "ours vs best anchor"]
     if t.extra:
         head.append(t.extra_name)
@@ -168,7 +184,9 @@ def render_table(device_dir: Path, t: Table) -> list[str]:
         timed = {
             i: impls[i]["median_us"]
             for i in anchors
-            if i in impls and impls[i].get("status") == "ok" and impls[i].get("median_us")
+            if i in impls
+            and impls[i].get("status") == "ok"
+            and impls[i].get("median_us")
         }
         vs = ""
         if timed and ours.get("status") == "ok":
@@ -192,7 +210,11 @@ def render() -> str:
         '"ours vs best anchor" > 1 means ours is faster; "floor" is the same '
         "bytes moved by an SM copy pass (benchmarks/results/README.md).",
     ]
-    devices = sorted(p for p in BASELINES.iterdir() if p.is_dir()) if BASELINES.is_dir() else []
+    devices = (
+        sorted(p for p in BASELINES.iterdir() if p.is_dir())
+        if BASELINES.is_dir()
+        else []
+    )
     for device_dir in devices:
         out += ["", f"#### {device_dir.name.upper()}"]
         for t in TABLES:
@@ -207,13 +229,17 @@ def splice(readme: str, block: str) -> str:
         a = readme.index(BEGIN) + len(BEGIN)
         b = readme.index(END, a)
     except ValueError:
-        raise SystemExit(f"README.md: the markers {BEGIN} ... {END} are missing") from None
+        raise SystemExit(
+            f"README.md: the markers {BEGIN} ... {END} are missing"
+        ) from None
     return readme[:a] + "\n" + block + readme[b:]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 if the README is stale"
+    )
     args = ap.parse_args(argv)
     old = README.read_text()
     new = splice(old, render())

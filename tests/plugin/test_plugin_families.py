@@ -235,7 +235,9 @@ def test_verdict_is_per_family(monkeypatch):
         _stats({**norm, "fake_gemm": {"myops": 0, "native": 0}})
     )
     assert ok
-    assert "  => FakeGEMM: no call was counted (stats off, or the model has none)" in lines
+    assert (
+        "  => FakeGEMM: no call was counted (stats off, or the model has none)" in lines
+    )
 
     # Nothing counted at all: not a pass.
     none = {op: {"myops": 0, "native": 0} for op in (*norm, "fake_gemm")}

@@ -30,7 +30,7 @@ def test_parse_families():
         serve.parse_families("rmsnrom")
 
 
-def test_plan_adds_each_enabled_familys_flags_once():
+def test_plan_adds_the_flags_of_each_enabled_family_once():
     p = serve.plan(ALL, [])
     assert p.enabled == ALL
     assert p.use_ir_provider
@@ -101,7 +101,9 @@ def test_derived_checkpoints_are_made_once_and_remade_for_a_new_source(
 
 
 def _answer(tokens, margins, kind=demo.CHAT):
-    return demo.Answer(demo.DemoRequest(kind, "q", 8), "".join(tokens), tokens, margins, 0.1)
+    return demo.Answer(
+        demo.DemoRequest(kind, "q", 8), "".join(tokens), tokens, margins, 0.1
+    )
 
 
 def test_margin_is_over_the_runner_up():
@@ -143,4 +145,6 @@ def test_user_prompts_replace_the_demo_requests():
     args.prompt = "Hi"
     reqs = serve._requests(args)
     assert reqs == (demo.DemoRequest(demo.CHAT, "Hi", 32),)
-    assert all(r.expect for r in demo.DEMO_REQUESTS)  # the built-in ones say what is right
+    assert all(
+        r.expect for r in demo.DEMO_REQUESTS
+    )  # the built-in ones say what is right

@@ -26,7 +26,9 @@ def readme_paths(text: str, top_level: set[str]) -> set[str]:
     """Repository paths named in `text`: `code spans` and link targets that
     start with a tracked top-level file or folder. Placeholders (<family>),
     options and shell words are not paths."""
-    candidates = re.findall(r"`([^`\n]+)`", text) + re.findall(r"\]\(([^)\s#]+)\)", text)
+    candidates = re.findall(r"`([^`\n]+)`", text) + re.findall(
+        r"\]\(([^)\s#]+)\)", text
+    )
     paths = set()
     for c in candidates:
         c = c.strip()

@@ -69,7 +69,7 @@ RULES: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(
             _NUM + r"\s?(?:[KMGTP]i?B/s|[GTP]FLOP/?s|[GTP]FLOPS|"
-            r"tok(?:en)?s?/s|req(?:uest)?s?/s)(?!\w)",
+            r"tok(?:en)?s?/s|requests?/s|reqs?/s)(?!\w)",
             re.IGNORECASE,
         ),
         "a bandwidth or throughput (number with a rate unit)",

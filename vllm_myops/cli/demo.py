@@ -67,7 +67,9 @@ def ask(server: Any, req: DemoRequest, timeout: float) -> Answer:
     """Sends `req` (greedy, with the top-2 logprobs of each token)."""
     t = time.time()
     if req.kind == CHAT:
-        r = server.chat(req.prompt, req.max_tokens, timeout, logprobs=True, top_logprobs=2)
+        r = server.chat(
+            req.prompt, req.max_tokens, timeout, logprobs=True, top_logprobs=2
+        )
         choice = r.choices[0]
         content = choice.logprobs.content if choice.logprobs else []
         tokens = [c.token for c in content]
@@ -80,13 +82,19 @@ def ask(server: Any, req: DemoRequest, timeout: float) -> Answer:
         choice = r.choices[0]
         lp = choice.logprobs
         tokens = list(lp.tokens) if lp else []
-        margins = [
-            _margin(c, list(top.values())) if top else None
-            for c, top in zip(lp.token_logprobs, lp.top_logprobs, strict=True)
-        ] if lp else []
+        margins = (
+            [
+                _margin(c, list(top.values())) if top else None
+                for c, top in zip(lp.token_logprobs, lp.top_logprobs, strict=True)
+            ]
+            if lp
+            else []
+        )
         text = choice.text
     else:
-        raise ValueError(f"req.kind: expected {CHAT!r} or {COMPLETION!r}, got {req.kind!r}")
+        raise ValueError(
+            f"req.kind: expected {CHAT!r} or {COMPLETION!r}, got {req.kind!r}"
+        )
     return Answer(req, text, tokens, margins, time.time() - t)
 
 
@@ -106,8 +114,16 @@ def show(answer: Answer) -> list[str]:
         f"{answer.seconds:.2f} s{decisive})"
     )
     if req.kind == CHAT:
-        return [head, f"  user:      {short(req.prompt)}", f"  assistant: {short(answer.text)}"]
-    return [head, f"  prompt:    {short(req.prompt)}", f"  output:    {short(answer.text)}"]
+        return [
+            head,
+            f"  user:      {short(req.prompt)}",
+            f"  assistant: {short(answer.text)}",
+        ]
+    return [
+        head,
+        f"  prompt:    {short(req.prompt)}",
+        f"  output:    {short(answer.text)}",
+    ]
 
 
 def compare(ours: Answer, other: Answer) -> str:

@@ -431,7 +431,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     server_args = weights.memory_args + extra
     if args.native:
         print("  families: none of ours (--native): vLLM's own kernels throughout")
-        return _serve_and_ask(weights.native, native, server_args, args, "native vLLM")[1]
+        return _serve_and_ask(weights.native, native, server_args, args, "native vLLM")[
+            1
+        ]
     print("  families: " + "\n            ".join(ours.notes), flush=True)
     answers, rc = _serve_and_ask(weights.ours, ours, server_args, args, "vllm-myops")
     if args.compare_native and rc == 0:

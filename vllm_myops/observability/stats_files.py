@@ -217,7 +217,9 @@ def verdict(
                 lines.append(f"  => {t}: enabled, but no call reached our kernels")
                 all_ok = False
         else:
-            lines.append(f"  => {t}: {other} of {mine + other} calls ran on vLLM's native code")
+            lines.append(
+                f"  => {t}: {other} of {mine + other} calls ran on vLLM's native code"
+            )
             all_ok = False
     if enabled is not None:
         return all_ok, lines

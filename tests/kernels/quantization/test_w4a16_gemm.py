@@ -406,8 +406,7 @@ def test_torch_compile_fullgraph(device: str, path: str) -> None:
 @pytest.mark.parametrize(
     "device", params_or_skip(cuda_devices(), "needs a CUDA device", "cuda")
 )
-# ring4 and tc (both split K here), dequant + cuBLAS (under "dequant_pipe":
-# 4 column chunks, the pool stream forked into the capture and joined back).
+# ring4 and tc (both split K here), dequant + cuBLAS.
 @pytest.mark.parametrize("m,n", [(16, 576), (64, 576), (256, 4104)])
 def test_cuda_graph_capture_no_sync(device: str, m: int, n: int) -> None:
     seed_everything(9)
@@ -551,14 +550,11 @@ needs_cuda = pytest.mark.skipif(
 CUDA_PATHS = (
     "swap",
     "swap_global",
-    "ring",
     "ring4",
-    "mma",
     "tc",
     "tc4",
     "tc8",
     "dequant",
-    "dequant_pipe",
 )
 
 
@@ -582,14 +578,13 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     its activations through its cp.async ring where a's rows allow 16-byte
     copies (test_noncontiguous_a takes its global-load fallback);
     swap_global: the same kernel loading the activations from global memory;
-    ring: the cp.async-ring kernel at every M (M tiles of 16; ring4: its
-    build for 4 blocks per SM, <= 128 registers); mma: the
-    register-ring kernel (M tiles of 32) at every M; tc: the shared-memory
+    ring4: the cp.async-ring kernel (M tiles of 16, 4 blocks per SM,
+    <= 128 registers) at every M; tc: the shared-memory
     tensor-core kernel (row blocks of 32 / 64, 256 columns, its build chosen
     by M and its cost model) at every M, M = 1 included; tc4 / tc8: its
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
-    cuBLAS at every M, M = 1 included; dequant_pipe: the same in column
-    chunks on two streams (one chunk where N < 2048). The default run
+    cuBLAS at every M, M = 1 included. Only the paths "auto" can take are
+    offered (docs/quantization/design.md). The default run
     covers each path only in its own M range; these reruns hold every path
     to the same fp64 reference and tolerance at every M of the tests."""
     _rerun_under_path(path, CUDA_PATH_TESTS, tmp_path)

@@ -19,9 +19,9 @@
 //   memory in a fixed order). Each code is dequantized by kWarpsM warps:
 //   16 lop3 / hsub2 / hmul2 triples per k16 step feed 16 * kWM mma (kWM =
 //   4: two ALU instructions per mma).
-// - W = (q - z) * s rounded to T before the mma, exactly as w4a16_mma_kernel
-//   (same helpers); scales / zeros of the next k-tile ride one iteration
-//   ahead in registers (GroupRaw, L2-resident).
+// - W = (q - z) * s rounded to T before the mma, exactly as the ring decode
+//   kernel (same helpers); scales / zeros of the next k-tile ride one
+//   iteration ahead in registers (GroupRaw, L2-resident).
 // - Epilogue: fp32 accumulators through shared memory (rows padded by 8
 //   floats: the float2 fragment stores of a warp hit 32 distinct banks per
 //   half), then 8 consecutive columns per thread: + bias, rounded once,

@@ -87,6 +87,7 @@ common_flags=(
   -std=c++20 -O3 -lineinfo --expt-relaxed-constexpr
   -Xcompiler=-fPIC -D_GLIBCXX_USE_CXX11_ABI=1  # torch 2.14 wheels' ABI
   -DTORCH_EXTENSION_NAME=_myops_C -DVLLM_MYOPS_WITH_CUDA
+  -DVLLM_MYOPS_WITH_SM90A  # as a real build whose archs include 9.0
   -I csrc
   -isystem "$headers/torch/include"
   -isystem "$headers/torch/include/torch/csrc/api/include"

@@ -13,6 +13,8 @@
 //   cuda/w4a16_tc_gemm.cuh        w4a16_tc_kernel ("tc", M < 160)
 //   cuda/w4a16_dequant.cuh        w4a16_dequant_kernel (then cuBLAS)
 //   cuda/w4a16_splitk_reduce.cuh  the split-K second pass
+//   cuda/w4a16_wgmma.h            the Hopper kernel ("wgmma"; its code is
+//                                 csrc/sm90a/w4a16_wgmma.cu, sm_90a only)
 //
 // Weight layout: b_packed tiles as arranged by w4a16_repack.cu
 // (cuda/w4a16_layout.cuh): a warp's 16-byte load of k16 step s of a tile is
@@ -37,6 +39,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -56,6 +59,7 @@
 #include "quantization/w4a16/cuda/w4a16_splitk_reduce.cuh"
 #include "quantization/w4a16/cuda/w4a16_swap_decode.cuh"
 #include "quantization/w4a16/cuda/w4a16_tc_gemm.cuh"
+#include "quantization/w4a16/cuda/w4a16_wgmma.h"
 #include "quantization/w4a16/w4a16_args.h"
 
 namespace vllm_myops {
@@ -306,6 +310,60 @@ void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   reduce_splits<T>(args, out, stream);
 }
 
+// ---- The Hopper path (cuda/w4a16_wgmma.h) -----------------------------------
+// Same plan as the decode kernels: K splits from how full the resident block
+// slots stay, at least one pipeline of k-tiles per split.
+template <typename T>
+void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
+                    const at::Tensor& scales,
+                    const std::optional<at::Tensor>& zeros,
+                    const std::optional<at::Tensor>& bias,
+                    const w4a16::GemmShape& shape, int group_rows,
+                    at::Tensor& out) {
+#if defined(VLLM_MYOPS_WITH_SM90A)
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  TORCH_CHECK(prop->major == 9 && prop->minor == 0,
+              "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=wgmma needs a GPU of "
+              "compute capability 9.0 (this one is ",
+              prop->major, ".", prop->minor, ")");
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int64_t token_tiles =
+      w4a16::ceil_div(shape.m, w4a16::wgmma::token_tile(shape.m));
+  const int64_t col_blocks =
+      w4a16::ceil_div(shape.n_tiles, w4a16::wgmma::kWarpgroups);
+  TORCH_CHECK(col_blocks <= 65535,
+              "w4a16_gemm: size_n must be <= ", 65535 * w4a16::wgmma::kBlockN,
+              " on the CUDA wgmma path (one grid row per ",
+              w4a16::wgmma::kBlockN, " columns)");
+  const int k_tiles = static_cast<int>(shape.k_tiles);
+  const int64_t slots = static_cast<int64_t>(prop->multiProcessorCount) *
+                        w4a16::wgmma::resident_blocks(shape.m, kHalf);
+  int splits = choose_splits(token_tiles * col_blocks, k_tiles, slots,
+                             w4a16::wgmma::stages(shape.m));
+  const int kt_per_split = (k_tiles + splits - 1) / splits;
+  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
+
+  GemmArgs args = gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
+                            k_tiles, kt_per_split, splits);
+  at::Tensor workspace;
+  if (splits == 1) {
+    args.out = out.data_ptr();
+  } else {
+    workspace =
+        at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
+    args.workspace = workspace.data_ptr<float>();
+  }
+  w4a16::wgmma::launch(args, kHalf, stream);
+  if (splits > 1) reduce_splits<T>(args, out, stream);
+#else
+  TORCH_CHECK(false,
+              "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=wgmma needs the sm_90a "
+              "kernels, which this build does not have (CUDA_ARCHS must "
+              "include 9.0)");
+#endif
+}
+
 // ---- The dequant path (cuda/w4a16_dequant.cuh, then cuBLAS) ----------------
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -391,6 +449,16 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
     } else {
       run_dequant<__nv_bfloat16>(a_dense, b_packed, scales, zeros, bias, shape,
                                  group_rows, out);
+    }
+    return out;
+  }
+  if (path == CudaPath::kWgmma) {
+    if (is_half) {
+      run_wgmma_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape,
+                             group_rows, out);
+    } else {
+      run_wgmma_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias,
+                                    shape, group_rows, out);
     }
     return out;
   }

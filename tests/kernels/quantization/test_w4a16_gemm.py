@@ -16,6 +16,8 @@ on 2 cores; VLLM_MYOPS_TEST_SCOPE=full (or --scope full) runs the matrix.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -555,7 +557,16 @@ CUDA_PATHS = (
     "tc4",
     "tc8",
     "dequant",
+    "wgmma",
 )
+# Paths that run on compute capability 9.0 only (sm_90a kernels); elsewhere
+# forcing them raises (test_wgmma_refused_off_hopper).
+HOPPER_PATHS = ("wgmma",)
+
+
+def _skip_unless_runnable(path: str) -> None:
+    if path in HOPPER_PATHS and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"{path}: needs a compute capability 9.0 GPU")
 
 
 def _rerun_under_path(path: str, tests: tuple[str, ...], tmp_path: Path) -> None:
@@ -583,10 +594,14 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     tensor-core kernel (row blocks of 32 / 64, 256 columns, its build chosen
     by M and its cost model) at every M, M = 1 included; tc4 / tc8: its
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
-    cuBLAS at every M, M = 1 included. Only the paths "auto" can take are
-    offered (docs/quantization/design.md). The default run
+    cuBLAS at every M, M = 1 included; wgmma: the Hopper kernel (weight
+    dequantized in registers as wgmma's A operand, activations the
+    shared-memory B operand, token tiles 16 .. 128) at every M. The paths
+    "auto" can take are offered, and wgmma before auto takes it
+    (docs/quantization/design.md). The default run
     covers each path only in its own M range; these reruns hold every path
     to the same fp64 reference and tolerance at every M of the tests."""
+    _skip_unless_runnable(path)
     _rerun_under_path(path, CUDA_PATH_TESTS, tmp_path)
 
 
@@ -598,7 +613,31 @@ def test_cuda_graph_capture_paths(path: str, tmp_path: Path) -> None:
     activations (test_cuda_graph_capture_no_sync's cases)."""
     if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1":
         pytest.skip("CUDA graph capture needs the caching allocator")
+    _skip_unless_runnable(path)
     _rerun_under_path(path, CUDA_PATH_GRAPH_TESTS, tmp_path)
+
+
+@needs_cuda
+def test_wgmma_refused_off_hopper() -> None:
+    """Forcing the Hopper kernel on another GPU is an error that says so,
+    never a launch of code the GPU cannot run."""
+    if torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("a compute capability 9.0 GPU runs the wgmma path")
+    code = (
+        "import torch, vllm_myops._custom_ops as ops\n"
+        "from vllm_myops.quantization import reference\n"
+        "a = torch.randn(4, 128, device='cuda', dtype=torch.bfloat16)\n"
+        "codes = torch.randint(0, 16, (128, 64), dtype=torch.int32)\n"
+        "packed = ops.w4a16_repack(reference.pack_int4(codes, 0).cuda(), 128, 64)\n"
+        "s = torch.ones(1, 64, device='cuda', dtype=torch.bfloat16)\n"
+        "ops.w4a16_gemm(a, packed, s, None, None, 128, 64, 128)\n"
+    )
+    env = dict(os.environ, **{CUDA_PATH_ENV: "wgmma"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert "VLLM_MYOPS_W4A16_CUDA_PATH=wgmma needs" in proc.stderr, proc.stderr
 
 
 @needs_cuda

@@ -67,7 +67,9 @@ constexpr int64_t kTcMaxM = 160;
 // when they cannot go through the cp.async ring), "ring4"
 // (w4a16_decode_kernel), "tc" (w4a16_tc_kernel, its build by M and cost
 // model; "tc4" / "tc8": the 64-row build of 4 / 8 warps at every M) or
-// "dequant" (dequant + cuBLAS); unset or "auto" chooses by M.
+// "dequant" (dequant + cuBLAS); unset or "auto" chooses by M. "wgmma" (the
+// Hopper kernel, csrc/sm90a/w4a16_wgmma.cu) is offered before "auto" takes
+// it: its first GPU run decides where it does (docs/quantization/log/).
 enum class CudaPath {
   kAuto,
   kSwap,
@@ -76,7 +78,8 @@ enum class CudaPath {
   kTc,
   kTc4,
   kTc8,
-  kDequant
+  kDequant,
+  kWgmma
 };
 
 inline CudaPath forced_cuda_path() {
@@ -88,7 +91,8 @@ inline CudaPath forced_cuda_path() {
                    {"tc", CudaPath::kTc},
                    {"tc4", CudaPath::kTc4},
                    {"tc8", CudaPath::kTc8},
-                   {"dequant", CudaPath::kDequant}});
+                   {"dequant", CudaPath::kDequant},
+                   {"wgmma", CudaPath::kWgmma}});
   return f;
 }
 

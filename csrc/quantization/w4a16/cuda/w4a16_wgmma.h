@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The Hopper W4A16 GEMM (path "wgmma" of w4a16_gemm.cu; the kernel is
+// csrc/sm90a/w4a16_wgmma.cu, compiled for sm_90a only): what the host plan
+// needs to size its grid and K splits, and the launcher.
+//
+// The problem is computed transposed, out^T [N, M] = W^T [N, K] a^T [K, M],
+// so that N (thousands) is wgmma's M side and the tokens are its N side
+// (16 .. 128 per tile, not mostly padding at small M). A warpgroup owns one
+// 64-column layout n-tile of W: the packed word of k16 step s that lane l of
+// warp w reads (cuda/w4a16_layout.cuh, pair p = w) is exactly its A
+// fragment, dequantized in registers; the activations are the shared-memory
+// B operand. The weight layout is the one every other CUDA path reads: no
+// second copy of the weight.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
+
+namespace vllm_myops::w4a16::wgmma {
+
+// Warpgroups per block, each on its own 64-column n-tile.
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBlockN = 64 * kWarpgroups;  // out columns per block
+
+// Token tile (wgmma N, or two n64 instructions at 128) for M tokens: the
+// smallest that holds them, 128 above 64.
+inline int token_tile(int64_t m) {
+  return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+}
+
+// Pipeline depth (k-tiles per block in flight) and resident blocks per SM of
+// the build that runs M tokens (the host's K-split choice needs both).
+int stages(int64_t m);
+int resident_blocks(int64_t m, bool is_half);
+
+// Launches the kernel on `stream` for the split plan in `args` (grid: token
+// tiles x column blocks x args.splits; with splits > 1 each split writes its
+// fp32 slice of args.workspace and the caller reduces). Preconditions, checked
+// by the caller: compute capability 9.0, a's rows 16-byte copyable
+// (args.a_aligned16), T = __half when is_half else __nv_bfloat16.
+void launch(const dev::GemmArgs& args, bool is_half, cudaStream_t stream);
+
+}  // namespace vllm_myops::w4a16::wgmma

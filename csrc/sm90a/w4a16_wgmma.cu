@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// W4A16 GEMM on Hopper wgmma (sm_90a): out[M, N] = a[M, K] @ dequant(W) + bias
+// computed as out^T = W^T a^T (quantization/w4a16/cuda/w4a16_wgmma.h says
+// why and what the host provides).
+//
+// - A block is kWarpgroups warpgroups, each on one 64-column layout n-tile;
+//   block tile kBN tokens x kBlockN columns, 64 k per pipeline stage.
+// - Stage (shared memory): the activation tile, kBN rows of 64 k in the
+//   128-byte swizzle (the wgmma B operand, K-major), then the block's packed
+//   weight tiles (2 KB each, as in global memory). All threads fill stages by
+//   cp.async, kStages deep, one __syncthreads per k-tile: the stage refilled
+//   at iteration i was read at i - 1, whose wgmma each warpgroup waited for
+//   before this barrier.
+// - Per k-tile a warpgroup takes 4 k16 steps. Lane l of warp w reads word
+//   (step, l, w) of its tile, which is its A fragment (rows 16 w ..
+//   16 w + 15), dequantizes it with the group's scale and zero into T
+//   (W = (q - z) * s rounded to T, the rounding of the tc and dequant paths),
+//   then one wgmma per step (two n64 at kBN = 128), committed together and
+//   waited before the next barrier.
+// - Scales and zeros ride one k-tile ahead in registers (GroupRaw, coalesced
+//   loads) and reach the two rows of a lane's fragment by shuffles.
+// - Epilogue: accumulator (column n, token) -> out[token][n] + bias, rounded
+//   once, or this split's fp32 workspace slice (the caller reduces).
+// Edges: activation rows >= M and k >= K are zero in shared memory (the
+// padded codes are 0 but (0 - z) * s is not); weight tiles past the last
+// n-tile are zero; scales past N load as 0; stores past M / N are skipped.
+
+#include <cstdint>
+
+#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/dispatch_utils.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/mma_utils.cuh"
+#include "cuda/sm90_utils.cuh"
+#include "quantization/w4a16/cuda/w4a16_layout.cuh"
+#include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
+#include "quantization/w4a16/cuda/w4a16_tc_gemm.cuh"
+#include "quantization/w4a16/cuda/w4a16_wgmma.h"
+
+namespace vllm_myops::w4a16::wgmma {
+namespace {
+
+namespace layout = cuda_layout;
+using dev::GemmArgs;
+using dev::GroupRaw;
+
+constexpr int kTileBytes = layout::kTileWords * 4;
+constexpr int kTileQuads = layout::kTileWords / 4;   // 16-byte chunks
+constexpr int kActChunks = layout::kTileK * 2 / 16;  // per activation row
+static_assert(kTileQuads * kWarpgroups == kThreads, "one chunk per thread");
+static_assert(kActChunks * 16 == sm90::kSwizzleRowBytes, "64 k per row");
+
+// Tile shapes per token tile. Stages: at least ~24 KB of weight tiles in
+// flight per block at the small tiles (decode is a weight stream), fewer at
+// the large ones, where the activation tile dominates a stage.
+template <int kBN>
+struct Shape {
+  static constexpr int kInstN = kBN < 64 ? kBN : 64;  // wgmma N
+  static constexpr int kSub = kBN / kInstN;           // wgmma per k16 step
+  static constexpr int kAcc = kInstN / 2;  // fp32 accumulators per wgmma
+  static constexpr int kActBytes = kBN * sm90::kSwizzleRowBytes;
+  static constexpr int kStageBytes = kActBytes + kWarpgroups * kTileBytes;
+  static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
+  // + 1 KB: the stages start at a 1024-byte boundary (the swizzle atom).
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  static_assert(kActBytes % sm90::kSwizzleAtomBytes == 0, "whole atoms");
+};
+
+// The activation chunks and weight tiles of k-tile kt into `stage`.
+template <typename T, int kBN>
+__device__ __forceinline__ void issue_stage(const GemmArgs& p, uint8_t* stage,
+                                            int tok0, int nt0, int kt) {
+  using S = Shape<kBN>;
+  const int tid = threadIdx.x;
+  const uint32_t sa = tc::smem_addr(stage);
+  const int k0 = kt * layout::kTileK;
+  const T* a = static_cast<const T*>(p.a);
+#pragma unroll
+  for (int j = tid; j < kBN * kActChunks; j += kThreads) {
+    const int row = j / kActChunks, ch = j % kActChunks;
+    const int tok = tok0 + row;
+    const int k = k0 + 8 * ch;
+    const uint32_t dst = sa + sm90::sw128_chunk_offset(row, ch);
+    if (p.a_aligned16) {
+      // K % 8 == 0: a chunk is entirely inside or entirely past K.
+      const bool valid = tok < p.m && k < p.k;
+      const T* src = valid ? a + static_cast<int64_t>(tok) * p.a_stride + k : a;
+      tc::cp_async_16(dst, src, valid);
+    } else {
+      // Unaligned rows: plain loads masked per element, stored like the
+      // cp.async bytes (visible after the barrier that precedes the use).
+      uint32_t v[4] = {0u, 0u, 0u, 0u};
+      if (tok < p.m) {
+        const unsigned short* src = reinterpret_cast<const unsigned short*>(a) +
+                                    static_cast<int64_t>(tok) * p.a_stride;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (k + e < p.k) {
+            v[e / 2] |= static_cast<uint32_t>(__ldg(src + k + e))
+                        << (16 * (e % 2));
+          }
+        }
+      }
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst),
+                   "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                   : "memory");
+    }
+  }
+  const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;
+  const int nt = nt0 + tid / kTileQuads;
+  const int q = tid % kTileQuads;
+  const bool valid = nt < n_tiles;
+  const uint4* src =
+      valid ? p.b + (static_cast<int64_t>(nt) * p.k_tiles + kt) * kTileQuads + q
+            : p.b;
+  tc::cp_async_16(sa + S::kActBytes + (tid / kTileQuads) * kTileBytes + 16 * q,
+                  src, valid);
+}
+
+// Scale and base + zero of the two rows of a lane's A fragment (columns
+// 16 w + g and 16 w + 8 + g of the n-tile), each as a pair of equal halves.
+struct RowGroups {
+  uint32_t zb[2];
+  uint32_t s[2];
+};
+
+// From the raw pairs of load_group (lane c / 2 holds column c). Whole warp.
+template <typename T>
+__device__ __forceinline__ RowGroups row_groups(const GemmArgs& p,
+                                                const GroupRaw& gr, int warp,
+                                                int lane) {
+  constexpr uint32_t kBaseBits = dev::MmaType<T>::kExponent & 0xffffu;
+  const int g = lane / 4;
+  const int half_shift = 16 * (g % 2);
+  RowGroups out;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int src = 8 * warp + 4 * h + g / 2;
+    const uint32_t sv =
+        (__shfl_sync(0xffffffffu, gr.s2, src) >> half_shift) & 0xffffu;
+    out.s[h] = sv | (sv << 16);
+    // Zero codes are stored as T; base + z is exact in T's bits.
+    uint32_t zcode = 8;
+    if (p.zeros != nullptr) {
+      const uint32_t zv =
+          (__shfl_sync(0xffffffffu, gr.z2, src) >> half_shift) & 0xffffu;
+      zcode = static_cast<uint32_t>(
+          __float2int_rn(cuda::to_float(dev::from_bits<T>(zv))));
+    }
+    const uint32_t zbits = kBaseBits + zcode;
+    out.zb[h] = zbits | (zbits << 16);
+  }
+  return out;
+}
+
+// The A fragment of one k16 step from its packed word: nibble pairs
+// (0, 4) -> row g, k 2t..; (2, 6) -> row g + 8, k 2t..; (1, 5) -> row g,
+// k 2t + 8..; (3, 7) -> row g + 8, k 2t + 8.. (cuda/w4a16_layout.cuh).
+template <typename T>
+__device__ __forceinline__ void dequant_step(uint32_t q, const RowGroups& rg,
+                                             uint32_t (&a)[4]) {
+  a[0] = dev::dequant_pair<T>(dev::codes_pair<T, 0>(q), rg.zb[0], rg.s[0]);
+  a[1] = dev::dequant_pair<T>(dev::codes_pair<T, 2>(q), rg.zb[1], rg.s[1]);
+  a[2] = dev::dequant_pair<T>(dev::codes_pair<T, 1>(q), rg.zb[0], rg.s[0]);
+  a[3] = dev::dequant_pair<T>(dev::codes_pair<T, 3>(q), rg.zb[1], rg.s[1]);
+}
+
+// Accumulator r of n8 block j of instruction u: column 16 w + g + 8 (r / 2)
+// of the n-tile, token 64 u + 8 j + 2 t + (r % 2) of the tile.
+template <typename T, int kBN>
+__device__ __forceinline__ void store_tile(
+    const GemmArgs& p, const float (&acc)[Shape<kBN>::kSub][Shape<kBN>::kAcc],
+    int tok0, int n0, int warp, int lane) {
+  using S = Shape<kBN>;
+  const int g = lane / 4, t = lane % 4;
+  const T* bias = static_cast<const T*>(p.bias);
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int u = 0; u < S::kSub; ++u)
+#pragma unroll
+    for (int j = 0; j < S::kInstN / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int n = n0 + 16 * warp + g + 8 * (r / 2);
+        const int tok = tok0 + 64 * u + 8 * j + 2 * t + (r % 2);
+        if (n >= p.n || tok >= p.m) continue;
+        const float v = acc[u][4 * j + r];
+        const int64_t idx = static_cast<int64_t>(tok) * p.n + n;
+        if (p.splits > 1) {
+          p.workspace[static_cast<int64_t>(blockIdx.z) * p.m * p.n + idx] = v;
+        } else {
+          const float b = bias != nullptr ? cuda::to_float(bias[n]) : 0.f;
+          out[idx] = cuda::from_float<T>(v + b);
+        }
+      }
+}
+
+// Grid (token tile, column block, K-split), token tiles fastest: the blocks
+// that read the same weight tiles run together (all but one hit L2).
+template <typename T, int kBN>
+__global__ void __launch_bounds__(kThreads, 1)
+    w4a16_wgmma_kernel(const GemmArgs p) {
+  using S = Shape<kBN>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem =
+      smem_raw + ((1024u - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);
+  const int tid = threadIdx.x;
+  const int wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int tok0 = blockIdx.x * kBN;
+  const int nt0 = blockIdx.y * kWarpgroups;
+  const int n0 = (nt0 + wg) * layout::kTileN;
+  const int kt0 = blockIdx.z * p.kt_per_split;
+  const int count = max(0, min(p.k_tiles, kt0 + p.kt_per_split) - kt0);
+
+  float acc[S::kSub][S::kAcc];
+#pragma unroll
+  for (int u = 0; u < S::kSub; ++u)
+#pragma unroll
+    for (int i = 0; i < S::kAcc; ++i) acc[u][i] = 0.f;
+
+#pragma unroll
+  for (int i = 0; i < S::kStages - 1; ++i) {
+    if (i < count) {
+      issue_stage<T, kBN>(p, smem + i * S::kStageBytes, tok0, nt0, kt0 + i);
+    }
+    tc::cp_async_commit();
+  }
+  GroupRaw gr[2];
+  if (count > 0) {
+    w4a16::tc_gemm::load_tile_groups<2>(p, kt0, 0, n0, lane, gr);
+  }
+
+  for (int i = 0; i < count; ++i) {
+    tc::cp_async_wait<S::kStages - 2>();
+    sm90::fence_proxy_async_smem();
+    __syncthreads();
+    const int next = i + S::kStages - 1;
+    if (next < count) {
+      issue_stage<T, kBN>(p, smem + (next % S::kStages) * S::kStageBytes, tok0,
+                          nt0, kt0 + next);
+    }
+    tc::cp_async_commit();
+
+    const RowGroups rg[2] = {row_groups<T>(p, gr[0], warp, lane),
+                             row_groups<T>(p, gr[1], warp, lane)};
+    if (i + 1 < count) {
+      w4a16::tc_gemm::load_tile_groups<2>(p, kt0 + i + 1, 0, n0, lane, gr);
+    }
+    uint8_t* stage = smem + (i % S::kStages) * S::kStageBytes;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(
+        stage + S::kActBytes + wg * kTileBytes);
+    uint32_t a[layout::kSteps][4];
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s) {
+      dequant_step<T>(words[s * 128 + lane * 4 + warp], rg[s / 2], a[s]);
+    }
+    const uint32_t act = tc::smem_addr(stage);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < layout::kSteps; ++s)
+#pragma unroll
+      for (int u = 0; u < S::kSub; ++u) {
+        // Tokens 64 u.. start 64 rows (8 atoms) in; step s at k = 16 s.
+        const uint32_t addr =
+            act + u * 64 * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
+        sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s],
+                                     sm90::sw128_kmajor_desc(addr));
+      }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+#pragma unroll
+    for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
+  }
+  tc::cp_async_wait<0>();
+  store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
+}
+
+template <typename T, int kBN>
+void launch_tile(const GemmArgs& args, cudaStream_t stream) {
+  using S = Shape<kBN>;
+  constexpr auto kKernel = w4a16_wgmma_kernel<T, kBN>;
+  cuda::allow_dynamic_smem<kKernel>(S::kSmemBytes);
+  const int n_tiles = (args.n + layout::kTileN - 1) / layout::kTileN;
+  const dim3 grid((args.m + kBN - 1) / kBN,
+                  (n_tiles + kWarpgroups - 1) / kWarpgroups, args.splits);
+  kKernel<<<grid, kThreads, S::kSmemBytes, stream>>>(args);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, int kBN>
+int resident_blocks_of() {
+  using S = Shape<kBN>;
+  constexpr auto kKernel = w4a16_wgmma_kernel<T, kBN>;
+  static const int blocks = [] {
+    cuda::allow_dynamic_smem<kKernel>(S::kSmemBytes);
+    int b = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &b, kKernel, kThreads, S::kSmemBytes));
+    return b > 1 ? b : 1;
+  }();
+  return blocks;
+}
+
+template <typename T>
+int resident_blocks_typed(int64_t m) {
+  switch (token_tile(m)) {
+    case 16:
+      return resident_blocks_of<T, 16>();
+    case 32:
+      return resident_blocks_of<T, 32>();
+    case 64:
+      return resident_blocks_of<T, 64>();
+    default:
+      return resident_blocks_of<T, 128>();
+  }
+}
+
+template <typename T>
+void launch_typed(const GemmArgs& args, cudaStream_t stream) {
+  switch (token_tile(args.m)) {
+    case 16:
+      return launch_tile<T, 16>(args, stream);
+    case 32:
+      return launch_tile<T, 32>(args, stream);
+    case 64:
+      return launch_tile<T, 64>(args, stream);
+    default:
+      return launch_tile<T, 128>(args, stream);
+  }
+}
+
+}  // namespace
+
+int stages(int64_t m) {
+  switch (token_tile(m)) {
+    case 16:
+      return Shape<16>::kStages;
+    case 32:
+      return Shape<32>::kStages;
+    case 64:
+      return Shape<64>::kStages;
+    default:
+      return Shape<128>::kStages;
+  }
+}
+
+int resident_blocks(int64_t m, bool is_half) {
+  return is_half ? resident_blocks_typed<__half>(m)
+                 : resident_blocks_typed<__nv_bfloat16>(m);
+}
+
+void launch(const GemmArgs& args, bool is_half, cudaStream_t stream) {
+  if (is_half) {
+    launch_typed<__half>(args, stream);
+  } else {
+    launch_typed<__nv_bfloat16>(args, stream);
+  }
+}
+
+}  // namespace vllm_myops::w4a16::wgmma

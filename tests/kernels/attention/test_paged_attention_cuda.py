@@ -18,7 +18,7 @@ the device-parametrized tests in test_paged_attention.py do not reach:
   check without a device->host copy), unaligned key rows;
 - the prefill kernels' tile edges (row tiles of 64 / 128 packed (token, q
   head) rows, 64-token KV tiles, block sizes below, at and above a tile),
-  and each prefill kernel (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=v1 / v2) on
+  and each prefill kernel (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128) on
   every prefill test, rerun in a subprocess.
 """
 
@@ -326,8 +326,9 @@ def test_kv_write_unaligned_rows(device: str) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The prefill kernels: v1 (64 rows per CTA, 16 per warp) and v2 (128 rows per
-# CTA, 32 per warp; D 64 / 128, scale > 0; D 256 always v1).
+# The prefill kernels: prefill_m64 (64 rows per CTA, 16 per warp) and
+# prefill_m128 (128 rows per CTA, 32 per warp; D 64 / 128, scale > 0; D 256
+# always prefill_m64).
 # VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces one per process.
 # ---------------------------------------------------------------------------
 # (heads, head_dim, block_size, dtype): G = 1, 3, 4, 8; block sizes below a
@@ -361,7 +362,8 @@ def _prefill_edge_id(case: tuple) -> str:
 @pytest.mark.parametrize("device", CUDA)
 def test_prefill_tile_edges(device: str, case: tuple) -> None:
     """Prefill rows across the kernels' tile edges: whole prefills of q_len
-    at, below and above a row tile (128 / G tokens for v2, 64 / G for v1) and
+    at, below and above a row tile (128 / G tokens for prefill_m128, 64 / G
+    for prefill_m64) and
     not a multiple of it, the last row tile holding one row; chunked
     prefills (q_len < seq_len) whose cached context is not a multiple of
     the 64-token KV tile nor of the block; a long context (many tiles
@@ -401,8 +403,8 @@ def test_prefill_long(device: str) -> None:
 def test_prefill_out_4byte_aligned(device: str, head_dim: int) -> None:
     """out views the kernels write directly that are 4-byte but not 16-byte
     aligned (row strides of D + 2 elements; a start 4 bytes past a 16-byte
-    boundary): v2's 16-byte stores fall back to 4-byte ones, v1 stores 4
-    bytes anyway. The padding between rows stays NaN."""
+    boundary): prefill_m128's 16-byte stores fall back to 4-byte ones,
+    prefill_m64 stores 4 bytes anyway. The padding between rows stays NaN."""
     lengths = [(150, 150), (1, 40), (20, 300)]
     hq, hkv, d = 8, 2, head_dim
     batch = make_batch(lengths, hq, hkv, d, 16, torch.float16, device=device, seed=29)
@@ -448,15 +450,16 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 # Every value VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces (also read by
 # tools/gpu/device_session.sh's `paths` stage).
-PREFILL_PATHS = ("v1", "v2")
+PREFILL_PATHS = ("m64", "m128")
 
 
 @needs_cuda
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PREFILL_PATHS)
 def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
-    """v1: the 64-row prefill kernel at every head dim; v2: the 128-row one
-    at D 64 / 128 (D 256 runs v1 under every value). The default run covers
+    """m64: the 64-row prefill kernel (prefill_m64) at every head dim; m128:
+    the 128-row one (prefill_m128) at D 64 / 128 (D 256 runs prefill_m64
+    under every value). The default run covers
     only the default path; these reruns hold both to the same fp64
     reference and tolerance on every test with prefill rows."""
     common = " or ".join(PREFILL_PATH_TESTS_COMMON)
@@ -477,8 +480,9 @@ def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
 @needs_cuda
 def test_cuda_prefill_path_env_rejects_unknown() -> None:
     """A prefill call in a process with an unknown value fails, and the
-    error names the variable and the value."""
-    bad = "v9000"
+    error names the variable and the value. The value is v2, a name the
+    variable no longer takes (prefill_m128 is m128)."""
+    bad = "v2"
     code = (
         "import torch, vllm_myops._custom_ops as ops\n"
         "from tests.kernels.attention.inputs import make_batch\n"

@@ -174,9 +174,11 @@ def _family_verdict(
             extra = (
                 f" (of which captured in CUDA graphs: {me} {g_mine}, native {g_other})"
             )
+        # An op counted only for us (a layer vLLM has no other path for once
+        # we claimed it) has no native column.
+        others = f"   native {n:>6} calls" if len(spec.providers) > 1 else ""
         lines.append(
-            f"  {op:<20} {me} {m:>8} calls ({r.get(me, 0)} rows)   "
-            f"native {n:>6} calls{extra}"
+            f"  {op:<20} {me} {m:>8} calls ({r.get(me, 0)} rows){others}{extra}"
         )
         if op in stats.get("priority", {}):
             lines.append(f"  {'':<20} priority in the worker: {stats['priority'][op]}")

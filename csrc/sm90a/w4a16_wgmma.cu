@@ -91,23 +91,7 @@ __device__ __forceinline__ void issue_stage(const GemmArgs& p, uint8_t* stage,
       const T* src = valid ? a + static_cast<int64_t>(tok) * p.a_stride + k : a;
       tc::cp_async_16(dst, src, valid);
     } else {
-      // Unaligned rows: plain loads masked per element, stored like the
-      // cp.async bytes (visible after the barrier that precedes the use).
-      uint32_t v[4] = {0u, 0u, 0u, 0u};
-      if (tok < p.m) {
-        const unsigned short* src = reinterpret_cast<const unsigned short*>(a) +
-                                    static_cast<int64_t>(tok) * p.a_stride;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          if (k + e < p.k) {
-            v[e / 2] |= static_cast<uint32_t>(__ldg(src + k + e))
-                        << (16 * (e % 2));
-          }
-        }
-      }
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst),
-                   "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
-                   : "memory");
+      dev::store_a_chunk_masked(p, dst, tok, k);  // unaligned rows
     }
   }
   const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;

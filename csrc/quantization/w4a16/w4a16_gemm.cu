@@ -182,6 +182,37 @@ void reduce_splits(const GemmArgs& args, at::Tensor& out, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// A launch with `splits` K splits (as chosen; made so that none is empty):
+// its description, writing to `out` itself, or with more than one split to
+// a new fp32 workspace [splits, M, N] that the caller reduces (kept alive
+// here until the reduce is enqueued).
+struct SplitLaunch {
+  GemmArgs args;
+  at::Tensor workspace;
+};
+
+SplitLaunch split_launch(const at::Tensor& a, const at::Tensor& b_packed,
+                         const at::Tensor& scales,
+                         const std::optional<at::Tensor>& zeros,
+                         const std::optional<at::Tensor>& bias,
+                         const w4a16::GemmShape& shape, int group_rows,
+                         int splits, at::Tensor& out) {
+  const int k_tiles = static_cast<int>(shape.k_tiles);
+  const int kt_per_split = (k_tiles + splits - 1) / splits;
+  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
+  SplitLaunch l{gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
+                          k_tiles, kt_per_split, splits),
+                at::Tensor()};
+  if (splits == 1) {
+    l.args.out = out.data_ptr();
+  } else {
+    l.workspace =
+        at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
+    l.args.workspace = l.workspace.data_ptr<float>();
+  }
+  return l;
+}
+
 template <typename T>
 void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               const at::Tensor& scales, const std::optional<at::Tensor>& zeros,
@@ -202,30 +233,14 @@ void run_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t slots = static_cast<int64_t>(sms) * kern.blocks_per_sm;
-  int splits = choose_splits(static_cast<int64_t>(n_tiles) * m_blocks, k_tiles,
-                             slots, kWarps * kern.stages);
-  const int kt_per_split = (k_tiles + splits - 1) / splits;
-  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
-
-  GemmArgs args = gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
-                            k_tiles, kt_per_split, splits);
-
-  const auto launch = [&](const GemmArgs& launch_args) {
-    const dim3 grid(m_blocks, n_tiles, launch_args.splits);
-    kern.kernel<<<grid, kThreads, 0, stream>>>(launch_args);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
-  if (splits == 1) {
-    args.out = out.data_ptr();
-    launch(args);
-    return;
-  }
-  at::Tensor workspace =
-      at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
-  args.workspace = workspace.data_ptr<float>();
-  args.out = nullptr;
-  launch(args);
-  reduce_splits<T>(args, out, stream);
+  const int splits = choose_splits(static_cast<int64_t>(n_tiles) * m_blocks,
+                                   k_tiles, slots, kWarps * kern.stages);
+  const SplitLaunch l = split_launch(a, b_packed, scales, zeros, bias, shape,
+                                     group_rows, splits, out);
+  const dim3 grid(m_blocks, n_tiles, l.args.splits);
+  kern.kernel<<<grid, kThreads, 0, stream>>>(l.args);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (l.args.splits > 1) reduce_splits<T>(l.args, out, stream);
 }
 
 // ---- The tc path (cuda/w4a16_tc_gemm.cuh; builds: cuda/w4a16_plan.cuh) ---
@@ -288,26 +303,12 @@ void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
     }
   }
   const int m_blocks = (m + kern.bm - 1) / kern.bm;
-  int splits = plan.splits;
-  const int kt_per_split = (k_tiles + splits - 1) / splits;
-  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
-
-  GemmArgs args = gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
-                            k_tiles, kt_per_split, splits);
-
-  at::Tensor workspace;
-  if (splits == 1) {
-    args.out = out.data_ptr();
-  } else {
-    workspace =
-        at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
-    args.workspace = workspace.data_ptr<float>();
-  }
-  const dim3 grid(m_blocks, n_blocks, splits);
-  kern.kernel<<<grid, kern.threads, kern.smem_bytes, stream>>>(args);
+  const SplitLaunch l = split_launch(a, b_packed, scales, zeros, bias, shape,
+                                     group_rows, plan.splits, out);
+  const dim3 grid(m_blocks, n_blocks, l.args.splits);
+  kern.kernel<<<grid, kern.threads, kern.smem_bytes, stream>>>(l.args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (splits == 1) return;
-  reduce_splits<T>(args, out, stream);
+  if (l.args.splits > 1) reduce_splits<T>(l.args, out, stream);
 }
 
 // ---- The Hopper path (cuda/w4a16_wgmma.h) -----------------------------------
@@ -339,23 +340,12 @@ void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   const int k_tiles = static_cast<int>(shape.k_tiles);
   const int64_t slots = static_cast<int64_t>(prop->multiProcessorCount) *
                         w4a16::wgmma::resident_blocks(shape.m, kHalf);
-  int splits = choose_splits(token_tiles * col_blocks, k_tiles, slots,
-                             w4a16::wgmma::stages(shape.m));
-  const int kt_per_split = (k_tiles + splits - 1) / splits;
-  splits = (k_tiles + kt_per_split - 1) / kt_per_split;  // none empty
-
-  GemmArgs args = gemm_args(a, b_packed, scales, zeros, bias, shape, group_rows,
-                            k_tiles, kt_per_split, splits);
-  at::Tensor workspace;
-  if (splits == 1) {
-    args.out = out.data_ptr();
-  } else {
-    workspace =
-        at::empty({splits, shape.m, shape.n}, a.options().dtype(at::kFloat));
-    args.workspace = workspace.data_ptr<float>();
-  }
-  w4a16::wgmma::launch(args, kHalf, stream);
-  if (splits > 1) reduce_splits<T>(args, out, stream);
+  const int splits = choose_splits(token_tiles * col_blocks, k_tiles, slots,
+                                   w4a16::wgmma::stages(shape.m));
+  const SplitLaunch l = split_launch(a, b_packed, scales, zeros, bias, shape,
+                                     group_rows, splits, out);
+  w4a16::wgmma::launch(l.args, kHalf, stream);
+  if (l.args.splits > 1) reduce_splits<T>(l.args, out, stream);
 #else
   TORCH_CHECK(false,
               "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=wgmma needs the sm_90a "

@@ -105,6 +105,29 @@ struct GemmArgs {
   bool a_aligned16;
 };
 
+// Elements k .. k + 7 of row `row` of a (0 past M and past K) as one
+// 16-byte st.shared to `dst`: the activation chunk of rows that cannot be
+// 16-byte copied (strided views, K % 8 != 0). Visible to the block after the
+// barrier that precedes its use, like the cp.async bytes of aligned rows.
+__device__ __forceinline__ void store_a_chunk_masked(const GemmArgs& p,
+                                                     uint32_t dst, int row,
+                                                     int k) {
+  uint32_t v[4] = {0u, 0u, 0u, 0u};
+  if (row < p.m) {
+    const unsigned short* src = static_cast<const unsigned short*>(p.a) +
+                                static_cast<int64_t>(row) * p.a_stride;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (k + e < p.k) {
+        v[e / 2] |= static_cast<uint32_t>(__ldg(src + k + e)) << (16 * (e % 2));
+      }
+    }
+  }
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst),
+               "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
 // Scales and zeros of one group for the tile's 64 columns, as loaded: lane
 // l holds columns 2l, 2l + 1 (4 registers, not the 16 that the 8 columns
 // 8j + g a lane multiplies would take while in flight); group_pairs()

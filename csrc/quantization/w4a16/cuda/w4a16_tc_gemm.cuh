@@ -102,24 +102,7 @@ __device__ __forceinline__ void issue_stage(const GemmArgs& p, uint4* stage,
           valid ? a + static_cast<int64_t>(grow) * p.a_stride + k : a;
       tc::cp_async_16(dst, src, valid);
     } else {
-      // Unaligned rows (strided views, K % 8 != 0): plain loads, masked per
-      // element; visible to the block after the barrier that precedes the
-      // stage's use, like the cp.async bytes.
-      uint32_t v[4] = {0u, 0u, 0u, 0u};
-      if (grow < p.m) {
-        const unsigned short* src = reinterpret_cast<const unsigned short*>(a) +
-                                    static_cast<int64_t>(grow) * p.a_stride;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          if (k + e < p.k) {
-            v[e / 2] |= static_cast<uint32_t>(__ldg(src + k + e))
-                        << (16 * (e % 2));
-          }
-        }
-      }
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst),
-                   "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
-                   : "memory");
+      dev::store_a_chunk_masked(p, dst, grow, k);  // unaligned rows
     }
   }
   uint4* sb = stage + C::kAQuads;

@@ -141,16 +141,39 @@ __device__ __forceinline__ RowGroups row_groups(const GemmArgs& p,
   return out;
 }
 
-// The A fragment of one k16 step from its packed word: nibble pairs
-// (0, 4) -> row g, k 2t..; (2, 6) -> row g + 8, k 2t..; (1, 5) -> row g,
-// k 2t + 8..; (3, 7) -> row g + 8, k 2t + 8.. (cuda/w4a16_layout.cuh).
+// The A fragment of one k16 step from its packed word: register j (rows
+// g + 8 (j % 2), k 2t + 8 (j / 2) and + 1) is nibble pair kPairOf[j], i.e.
+// nibbles (kPairOf[j], kPairOf[j] + 4) (cuda/w4a16_layout.cuh), checked for
+// every lane at compile time.
+constexpr int kPairOf[4] = {0, 2, 1, 3};
+constexpr bool fragment_matches_layout() {
+  for (int w = 0; w < 4; ++w)
+    for (int l = 0; l < 32; ++l)
+      for (int s = 0; s < layout::kSteps; ++s)
+        for (int j = 0; j < 4; ++j)
+          for (int h = 0; h < 2; ++h) {
+            const layout::TileCoord c =
+                layout::nibble_coord(s * 128 + l * 4 + w, kPairOf[j] + 4 * h);
+            const int g = l / 4, t = l % 4;
+            if (c.n != 16 * w + g + 8 * (j % 2)) return false;
+            if (c.k != 16 * s + 2 * t + h + 8 * (j / 2)) return false;
+          }
+  return true;
+}
+static_assert(fragment_matches_layout(),
+              "kPairOf does not give the wgmma A fragment of warp w's word");
+
 template <typename T>
 __device__ __forceinline__ void dequant_step(uint32_t q, const RowGroups& rg,
                                              uint32_t (&a)[4]) {
-  a[0] = dev::dequant_pair<T>(dev::codes_pair<T, 0>(q), rg.zb[0], rg.s[0]);
-  a[1] = dev::dequant_pair<T>(dev::codes_pair<T, 2>(q), rg.zb[1], rg.s[1]);
-  a[2] = dev::dequant_pair<T>(dev::codes_pair<T, 1>(q), rg.zb[0], rg.s[0]);
-  a[3] = dev::dequant_pair<T>(dev::codes_pair<T, 3>(q), rg.zb[1], rg.s[1]);
+  a[0] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[0]>(q), rg.zb[0],
+                              rg.s[0]);
+  a[1] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[1]>(q), rg.zb[1],
+                              rg.s[1]);
+  a[2] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[2]>(q), rg.zb[0],
+                              rg.s[0]);
+  a[3] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[3]>(q), rg.zb[1],
+                              rg.s[1]);
 }
 
 // Accumulator r of n8 block j of instruction u: column 16 w + g + 8 (r / 2)

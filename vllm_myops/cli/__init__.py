@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """``vllm-myops``: the front door.
 
-vllm-myops serve [--model DIR | --tiny ARCH] [vLLM args...]
-                                  the main job (cli/serve.py; default model SmolLM2)
+vllm-myops serve [--model DIR | --tiny ARCH] [--families LIST]
+                 [--native | --compare-native] [vLLM args...]
+                                  the main job (cli/serve.py; default model SmolLM2,
+                                  all three families)
 vllm-myops doctor [--json] [--ir-op-priority JSON]
 vllm-myops stats DIR [--json]     counters of a server run
 vllm-myops quantize MODEL OUT [--group-size N] [--sym|--asym] [--act-order]

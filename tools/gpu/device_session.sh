@@ -25,6 +25,10 @@
 #             anchors without torch.compile (extra args: BENCH2_ARGS="...")
 #   bench_w4a16  python -m benchmarks.kernels.benchmark_w4a16 --device cuda, bf16, the GPU
 #             preset; Marlin/Machete when the serve set is unpacked (BENCH_W4A16_ARGS="...")
+#   bench_w4a16_paths  the same benchmark once per forced path of BENCH_W4A16_PATHS
+#             (default "wgmma"), ours and the floor only, one process each (the path
+#             is read once per process) -> bench_w4a16_<path>.json; beside a
+#             bench_w4a16 of the same call it is the A/B against auto and the anchors
 #   profile   ncu --clock-control none over our kernels for a few shapes; compact table
 #             (python -m benchmarks.kernels.profile_anchors --impls ours $PROFILE_ARGS)
 #   profile_anchors  the same over ours and the anchors side by side ($PROFILE_ANCHOR_ARGS)
@@ -99,18 +103,18 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
+declare -A EST=([build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [bench_w4a16_paths]=240 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500 [system]=240)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|paths|bench|bench2|bench_w4a16|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test paths bench bench2 bench_w4a16 profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
+    build|test|paths|bench|bench2|bench_w4a16|bench_w4a16_paths|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 build test paths bench bench2 bench_w4a16 bench_w4a16_paths profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
   esac
 done
-[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,67p' "$0"; exit 2; }
+[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,71p' "$0"; exit 2; }
 
 # Budget for stage index $1: what is left minus the estimates of later stages.
 budget_for() {
@@ -392,6 +396,18 @@ stage_bench_w4a16() {
     --save "$OUT/bench_w4a16.json" --plot "$OUT/bench_w4a16.png" ${BENCH_W4A16_ARGS:-}
 }
 
+stage_bench_w4a16_paths() {
+  local b=$1 path paths
+  read -r -a paths <<<"${BENCH_W4A16_PATHS:-wgmma}"
+  for path in "${paths[@]}"; do
+    # shellcheck disable=SC2086
+    VLLM_MYOPS_W4A16_CUDA_PATH="$path" bench_common "bench_w4a16_$path" \
+      benchmarks.kernels.benchmark_w4a16 "$((b / ${#paths[@]}))" --device cuda \
+      --dtype bf16 --impls floor,ours --save "$OUT/bench_w4a16_$path.json" \
+      ${BENCH_W4A16_ARGS:-}
+  done
+}
+
 # ncu over a command that brackets its launches with cudaProfilerStart/Stop and
 # prints `profile case K: LABEL` per launch; compact table via tools/gpu/ncu_table.py.
 run_ncu_profile() {  # <stage name> <budget s> <command...>
@@ -662,6 +678,7 @@ for i in "${!stages[@]}"; do
     bench) stage_bench "$b" ;;
     bench2) stage_bench2 "$b" ;;
     bench_w4a16) stage_bench_w4a16 "$b" ;;
+    bench_w4a16_paths) stage_bench_w4a16_paths "$b" ;;
     profile) stage_profile "$b" ;;
     profile_anchors) stage_profile_anchors "$b" ;;
     profile_w4a16) stage_profile_w4a16 "$b" ;;

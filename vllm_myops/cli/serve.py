@@ -273,12 +273,15 @@ def _quantizes(families: tuple[str, ...]) -> bool:
 @dataclasses.dataclass
 class Weights:
     ours: str  # what our server loads
-    native: str  # what vLLM's own kernels load: the same weights
+    native: str | None  # what vLLM's own kernels load (the same weights),
+    # made only when a native server runs
     lines: list[str]  # for the header
     memory_args: list[str]  # the KV-cache bounds we add for models we chose
 
 
-def _weights(args: argparse.Namespace, extra: list[str], quantized: bool) -> Weights:
+def _weights(
+    args: argparse.Namespace, extra: list[str], quantized: bool, native: bool
+) -> Weights:
     from vllm_myops.testing import server
 
     if args.model:
@@ -309,12 +312,16 @@ def _weights(args: argparse.Namespace, extra: list[str], quantized: bool) -> Wei
     from vllm_myops.models.derived import DEMO_GPTQ, ensure_dequantized, ensure_gptq
 
     gptq = ensure_gptq(base, DEMO_GPTQ, log)
+    lines.append(
+        f"{gptq} ({DEMO_GPTQ.describe()}: `vllm-myops quantize` of it, cached)"
+    )
+    if not native:
+        return Weights(str(gptq), None, lines, memory)
     deq = ensure_dequantized(gptq, "bfloat16", log)
-    lines += [
-        f"{gptq} ({DEMO_GPTQ.describe()}: `vllm-myops quantize` of it, cached)",
+    lines.append(
         f"{deq} (the same 4-bit weights dequantized to bf16, for vLLM's own "
-        "kernels, which cannot load act-order + zero-point GPTQ)",
-    ]
+        "kernels, which cannot load act-order + zero-point GPTQ)"
+    )
     return Weights(str(gptq), str(deq), lines, memory)
 
 
@@ -414,7 +421,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     ours = plan(families, extra)
     native = Plan((), [], False, [])
     try:
-        weights = _weights(args, extra, _quantizes(ours.enabled))
+        weights = _weights(
+            args,
+            extra,
+            _quantizes(ours.enabled),
+            native=args.native or args.compare_native,
+        )
     except ModelUnavailable as e:
         print(f"\nerror: {e}", file=sys.stderr, flush=True)
         return 2
@@ -430,13 +442,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"  vLLM:     {vllm_version()} on {device}; vllm_myops: {kernels}")
     server_args = weights.memory_args + extra
     if args.native:
+        assert weights.native is not None
         print("  families: none of ours (--native): vLLM's own kernels throughout")
-        return _serve_and_ask(weights.native, native, server_args, args, "native vLLM")[
-            1
-        ]
+        _, rc = _serve_and_ask(weights.native, native, server_args, args, "native vLLM")
+        return rc
     print("  families: " + "\n            ".join(ours.notes), flush=True)
     answers, rc = _serve_and_ask(weights.ours, ours, server_args, args, "vllm-myops")
     if args.compare_native and rc == 0:
+        assert weights.native is not None
         theirs, rc = _serve_and_ask(
             weights.native, native, server_args, args, "native vLLM, same weights"
         )

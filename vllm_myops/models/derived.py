@@ -7,8 +7,8 @@ cannot load the GPTQ format itself).
     gptq = ensure_gptq(base_dir, DEMO_GPTQ)            # <base>-gptq-g128-asym-act
     deq = ensure_dequantized(gptq)                     # <gptq>-dequant-bf16
 
-Each directory appears by one rename after its stamp is written (as in
-packaged_gguf), so an interrupted run never leaves one that looks done; the
+Each directory appears by one rename after its stamp is written
+(packaged_gguf.build_beside), so an interrupted run never leaves one that looks done; the
 stamp records the source's own stamp, so a re-converted base model makes
 its derived checkpoints again.
 """
@@ -19,15 +19,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vllm_myops.models.packaged_gguf import STAMP as BASE_STAMP
-from vllm_myops.models.packaged_gguf import Log, locked_file, remove_stale
+from vllm_myops.models.packaged_gguf import Log, build_beside, locked_file
 
 STAMP = "myops_derived_model.json"
 # Bump when a derived directory changes for the same source and scheme.
@@ -102,19 +100,11 @@ def _ensure(
     with locked_file(out.parent / f".{out.name}.lock", out.name, log):
         if is_derived(out, src, what):  # another process finished it
             return out
-        prefix = f".{out.name}.tmp-"
-        remove_stale(out.parent, prefix)
-        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
-        try:
+        with build_beside(out, f".{out.name}.tmp-") as tmp:
             t = time.time()
             make(src, tmp / "model")
             record = {"key": _stamp(src, what), "made_in_s": round(time.time() - t, 1)}
             (tmp / "model" / STAMP).write_text(json.dumps(record, indent=2) + "\n")
-            if out.exists():
-                os.rename(out, tmp / "outdated")
-            os.rename(tmp / "model", out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

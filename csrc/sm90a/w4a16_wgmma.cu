@@ -27,6 +27,7 @@
 // n-tile are zero; scales past N load as 0; stores past M / N are skipped.
 
 #include <cstdint>
+#include <type_traits>
 
 #include <c10/cuda/CUDAException.h>
 #include <cuda_bf16.h>
@@ -312,47 +313,40 @@ int resident_blocks_of() {
   return blocks;
 }
 
-template <typename T>
-int resident_blocks_typed(int64_t m) {
+// f(std::integral_constant<int, kBN>{}) for the token tile of M tokens: the
+// one place a runtime M picks a build.
+template <class F>
+decltype(auto) with_token_tile(int64_t m, F&& f) {
   switch (token_tile(m)) {
     case 16:
-      return resident_blocks_of<T, 16>();
+      return f(std::integral_constant<int, 16>{});
     case 32:
-      return resident_blocks_of<T, 32>();
+      return f(std::integral_constant<int, 32>{});
     case 64:
-      return resident_blocks_of<T, 64>();
+      return f(std::integral_constant<int, 64>{});
     default:
-      return resident_blocks_of<T, 128>();
+      return f(std::integral_constant<int, 128>{});
   }
 }
 
 template <typename T>
 void launch_typed(const GemmArgs& args, cudaStream_t stream) {
-  switch (token_tile(args.m)) {
-    case 16:
-      return launch_tile<T, 16>(args, stream);
-    case 32:
-      return launch_tile<T, 32>(args, stream);
-    case 64:
-      return launch_tile<T, 64>(args, stream);
-    default:
-      return launch_tile<T, 128>(args, stream);
-  }
+  with_token_tile(args.m, [&](auto bn) {
+    launch_tile<T, decltype(bn)::value>(args, stream);
+  });
+}
+
+template <typename T>
+int resident_blocks_typed(int64_t m) {
+  return with_token_tile(
+      m, [](auto bn) { return resident_blocks_of<T, decltype(bn)::value>(); });
 }
 
 }  // namespace
 
 int stages(int64_t m) {
-  switch (token_tile(m)) {
-    case 16:
-      return Shape<16>::kStages;
-    case 32:
-      return Shape<32>::kStages;
-    case 64:
-      return Shape<64>::kStages;
-    default:
-      return Shape<128>::kStages;
-  }
+  return with_token_tile(
+      m, [](auto bn) { return Shape<decltype(bn)::value>::kStages; });
 }
 
 int resident_blocks(int64_t m, bool is_half) {

@@ -68,7 +68,7 @@ def reruns() -> list[Rerun]:
         for p in w4a16.CUDA_PATHS
     ]
     selection = (
-        f"cuda and ({_any_of(attn.PREFILL_PATH_TESTS)} or "
+        f"cuda and ({_any_of(attn.PREFILL_PATH_TESTS + attn.PREFILL_PATH_GRAPH_TESTS)} or "
         f"{_any_of(attn.PREFILL_PATH_TESTS_COMMON)})"
     )
     out += [
@@ -102,9 +102,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--threads", type=int, default=2, help="OMP_NUM_THREADS of each process"
     )
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma list of rerun names (as --dry-run prints them); default: all",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the commands")
     args = ap.parse_args(argv)
     runs = reruns()
+    if args.only:
+        wanted = [n for n in args.only.split(",") if n]
+        unknown = sorted(set(wanted) - {r.name for r in runs})
+        if unknown:
+            ap.error(
+                f"--only: unknown rerun(s) {unknown}; known: {[r.name for r in runs]}"
+            )
+        runs = [r for r in runs if r.name in wanted]
     if args.dry_run:
         for r in runs:
             env = " ".join(f"{k}={v}" for k, v in r.env.items())

@@ -29,10 +29,21 @@ def test_one_rerun_per_forced_value_with_every_named_test():
         r = runs[f"prefill_{p}"]
         assert r.env == {attn.PREFILL_PATH_ENV: p}
         names = attn.PREFILL_PATH_TESTS + attn.PREFILL_PATH_TESTS_COMMON
+        names += attn.PREFILL_PATH_GRAPH_TESTS
         assert all(name in r.selection for name in names)
         assert len(r.files) == 2 and all(
             Path(pr.REPO_ROOT, f).is_file() for f in r.files
         )
+
+
+def test_only_selects_reruns_and_refuses_unknown_names(capsys):
+    assert pr.main(["--dry-run", "--only", "w4a16_wgmma,prefill_m64"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["w4a16_wgmma", "prefill_m64"]
+    with pytest.raises(SystemExit) as e:
+        pr.main(["--dry-run", "--only", "w4a16_nope"])
+    assert e.value.code == 2
+    assert "unknown rerun(s) ['w4a16_nope']" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@
 #
 # Stages (run in the order given; a failed stage does not stop the next):
 #   stage1    = build + test
+#   carry     store the carried part and unpack complete bundles, nothing else:
+#             the cheap call that moves a part of a set (seconds on a warm machine)
 #   build     build and install our extension (editable) with the device's torch:
 #             CUDA_ARCHS=${CUDA_ARCHS:-9.0} pip install --no-build-isolation --no-deps -e .
 #             Skipped when the sources did not change since the last build on this
@@ -17,7 +19,8 @@
 #   paths     python -m tests.kernels.path_reruns: every forced CUDA path (W4A16
 #             VLLM_MYOPS_W4A16_CUDA_PATH, attention prefill VLLM_MYOPS_ATTENTION_CUDA_PREFILL)
 #             on its value tests, one pytest process per path, all at once
-#             (PATHS_THREADS=2 OpenMP threads each) -> paths.tar.gz (a log per path; a
+#             (PATHS_THREADS=2 OpenMP threads each; PATHS_ONLY=a,b: those reruns
+#             only, names as --dry-run prints them) -> paths.tar.gz (a log per path; a
 #             process the budget stops still reports the cases it finished)
 #   bench     python -m benchmarks.kernels.benchmark_layernorm, bf16 full sweep, every anchor
 #             present (extra args: BENCH_ARGS="...")
@@ -45,7 +48,8 @@
 #             tools/gpu/prepare_device_carry.sh --set serve, all parts received): the
 #             model converted from its wheel (python -m vllm_myops.models), then
 #             `vllm-myops doctor` and `vllm-myops serve --compare-native` (default mode: torch.compile +
-#             CUDA graphs; more vLLM arguments in VLLM_UP_ARGS) -> vllm_up.log
+#             CUDA graphs; more vLLM arguments in VLLM_UP_ARGS; VLLM_UP_COMPARE=0: our
+#             server alone) -> vllm_up.log
 #   vllm_tests  the plugin tests against that vLLM: pytest tests/plugin (PLUGIN_TEST_ARGS)
 #             -> vllm_tests.log
 #   e2e       benchmarks.e2e.benchmark_serving (E2E_ARGS: --sides, --prompt-tokens ...) per model of
@@ -60,8 +64,8 @@
 #
 # vLLM serving, in four consecutive calls on a fresh machine (one carried part each;
 # a call whose set is incomplete just stores its part):
-#   bash tools/gpu/device_session.sh build        carry [".carry/serve/p1"]
-#   bash tools/gpu/device_session.sh build        carry [".carry/serve/p2"]  (and so on)
+#   bash tools/gpu/device_session.sh carry        carry [".carry/serve/p1"]
+#   bash tools/gpu/device_session.sh carry        carry [".carry/serve/p2"]  (and so on)
 #   bash tools/gpu/device_session.sh vllm_up      carry [".carry/serve/pN"]  (the last part)
 # Only this script stores a carried part (before its first stage): a call that carries
 # a part but runs some other command first loses that part (the working tree's copy
@@ -103,15 +107,15 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [bench_w4a16_paths]=240 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
+declare -A EST=([carry]=0 [build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [bench_w4a16_paths]=240 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500 [system]=240)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    build|test|paths|bench|bench2|bench_w4a16|bench_w4a16_paths|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 build test paths bench bench2 bench_w4a16 bench_w4a16_paths profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
+    carry|build|test|paths|bench|bench2|bench_w4a16|bench_w4a16_paths|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 carry build test paths bench bench2 bench_w4a16 bench_w4a16_paths profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
   esac
 done
 [[ ${#stages[@]} -gt 0 ]] || { sed -n '2,71p' "$0"; exit 2; }
@@ -348,6 +352,7 @@ stage_paths() {
   mkdir -p "$OUT/paths"
   VLLM_MYOPS_TEST_SCOPE="${PATHS_SCOPE:-quick}" "$PY" -m tests.kernels.path_reruns \
     --out "$OUT/paths" --timeout "$((b - 40))" --threads "${PATHS_THREADS:-2}" \
+    ${PATHS_ONLY:+--only "$PATHS_ONLY"} \
     2>&1 | tee "$OUT/paths.txt" || rc=$?
   n=$(grep -c "^path-rerun " "$OUT/paths.txt")
   n_ok=$(grep -c "^path-rerun .*: ok: " "$OUT/paths.txt")
@@ -562,13 +567,16 @@ stage_vllm_up() {
     model="$(timeout 300 "$PY" -m vllm_myops.models 2>&1 | tee /dev/stderr | tail -n 1)"
     say "vllm_up: model at $model"
     timeout 120 "$PY" -m vllm_myops.cli doctor 2>&1 | tail -n 30
-    say "vllm_up: vllm-myops serve --compare-native (default: torch.compile + CUDA graphs)"
+    # VLLM_UP_COMPARE=0: our server only (no native server, no bf16 copy).
+    local compare=(--compare-native)
+    [[ "${VLLM_UP_COMPARE:-1}" == 0 ]] && compare=()
+    say "vllm_up: vllm-myops serve ${compare[*]} (default: torch.compile + CUDA graphs)"
     # The main job as a user runs it (the built-in model from the cache just
     # filled, all three families, then vLLM's own kernels on the same
     # weights), a fixed KV cache (vLLM would take 92% of the GPU), vLLM's
     # default compile mode. VLLM_UP_ARGS: more vLLM arguments.
     # shellcheck disable=SC2086
-    timeout "$((b - 30))" "$PY" -m vllm_myops.cli serve --compare-native \
+    timeout "$((b - 30))" "$PY" -m vllm_myops.cli serve "${compare[@]}" \
       -- --kv-cache-memory-bytes $((4 << 30)) ${VLLM_UP_ARGS:-} 2>&1
   } >"$OUT/vllm_up.log" 2>&1
   rc=$?
@@ -672,6 +680,7 @@ for i in "${!stages[@]}"; do
     continue
   fi
   case "$s" in
+    carry) ;;  # unpack_carry above did the work
     build) ensure_built || true ;;
     test) stage_test "$b" ;;
     paths) stage_paths "$b" ;;

@@ -87,6 +87,15 @@ __device__ __forceinline__ void fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for register A fragments: keeps them live (their registers not
+// reused) until this point, which must follow the wait of the wgmma reading
+// them.
+template <int kN>
+__device__ __forceinline__ void fence_operands(uint32_t (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 // ---- wgmma.mma_async, A from registers
 // --------------------------------------- A fragment of warp w of the
 // warpgroup: rows 16 w .. 16 w + 15 of the 64, in the register order of

@@ -9,15 +9,14 @@
 // - Stage (shared memory): the activation tile, kBN rows of 64 k in the
 //   128-byte swizzle (the wgmma B operand, K-major), then the block's packed
 //   weight tiles (2 KB each, as in global memory). All threads fill stages by
-//   cp.async, kStages deep, one __syncthreads per k-tile: the stage refilled
-//   at iteration i was read at i - 1, whose wgmma each warpgroup waited for
-//   before this barrier.
+//   cp.async, kStages deep, one __syncthreads per k-tile (the kernel's
+//   comment gives the order and why a refill never meets a reader).
 // - Per k-tile a warpgroup takes 4 k16 steps. Lane l of warp w reads word
 //   (step, l, w) of its tile, which is its A fragment (rows 16 w ..
 //   16 w + 15), dequantizes it with the group's scale and zero into T
-//   (W = (q - z) * s rounded to T, the rounding of the tc and dequant paths),
-//   then one wgmma per step (two n64 at kBN = 128), committed together and
-//   waited before the next barrier.
+//   (W = (q - z) * s rounded to T, the rounding of the tc and dequant paths);
+//   one wgmma per step (two n64 at kBN = 128), committed together. The next
+//   k-tile's dequant runs while they do.
 // - Scales and zeros ride one k-tile ahead in registers (GroupRaw, coalesced
 //   loads) and reach the two rows of a lane's fragment by shuffles.
 // - Epilogue: accumulator (column n, token) -> out[token][n] + bias, rounded
@@ -66,6 +65,11 @@ struct Shape {
   static constexpr int kActBytes = kBN * sm90::kSwizzleRowBytes;
   static constexpr int kStageBytes = kActBytes + kWarpgroups * kTileBytes;
   static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
+  // Resident blocks the register budget must allow: at least two (one
+  // block's barrier and epilogue run beside the other's wgmma), three at the
+  // small tiles, where the weight stream needs the bytes in flight (their
+  // shared memory fits three).
+  static constexpr int kMinBlocks = kBN <= 32 ? 3 : 2;
   // + 1 KB: the stages start at a 1024-byte boundary (the swizzle atom).
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   static_assert(kActBytes % sm90::kSwizzleAtomBytes == 0, "whole atoms");
@@ -207,10 +211,51 @@ __device__ __forceinline__ void store_tile(
       }
 }
 
+// k-tile kt's A fragments from `stage`: the scales and zeros of `gr` (k-tile
+// kt's groups) to rows, then gr refilled with k-tile kt + 1's when it is in
+// this split (the loads ride under the wgmma in flight).
+template <typename T, int kBN>
+__device__ __forceinline__ void dequant_tile(const GemmArgs& p,
+                                             const uint8_t* stage, int wg,
+                                             int warp, int lane, int n0, int kt,
+                                             bool load_next, GroupRaw (&gr)[2],
+                                             uint32_t (&a)[layout::kSteps][4]) {
+  using S = Shape<kBN>;
+  const RowGroups rg[2] = {row_groups<T>(p, gr[0], warp, lane),
+                           row_groups<T>(p, gr[1], warp, lane)};
+  if (load_next) {
+    w4a16::tc_gemm::load_tile_groups<2>(p, kt + 1, 0, n0, lane, gr);
+  }
+  const uint32_t* words =
+      reinterpret_cast<const uint32_t*>(stage + S::kActBytes + wg * kTileBytes);
+#pragma unroll
+  for (int s = 0; s < layout::kSteps; ++s) {
+    dequant_step<T>(words[s * 128 + lane * 4 + warp], rg[s / 2], a[s]);
+  }
+}
+
+// This thread's copies of the stage it waits for, visible to every thread
+// and to wgmma's async proxy.
+template <int kPending>
+__device__ __forceinline__ void stage_ready() {
+  tc::cp_async_wait<kPending>();
+  sm90::fence_proxy_async_smem();
+  __syncthreads();
+}
+
 // Grid (token tile, column block, K-split), token tiles fastest: the blocks
 // that read the same weight tiles run together (all but one hit L2).
+//
+// Per k-tile i: issue wgmma(i) on the fragments dequantized last iteration,
+// then (under it) wait for stage i + 1, refill the stage of k-tile i - 1 and
+// dequantize k-tile i + 1 into the other fragment set, then wait for
+// wgmma(i). A stage is refilled only after every warpgroup waited for the
+// wgmma that read it (the wait ends iteration i - 1, the barrier follows),
+// and a fragment set is overwritten only after its wgmma completed, as
+// register A operands require. Prefetch distance: kStages - 2 k-tiles past
+// the one being dequantized.
 template <typename T, int kBN>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Shape<kBN>::kMinBlocks)
     w4a16_wgmma_kernel(const GemmArgs p) {
   using S = Shape<kBN>;
   extern __shared__ uint8_t smem_raw[];
@@ -230,58 +275,63 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < S::kAcc; ++i) acc[u][i] = 0.f;
 
-#pragma unroll
-  for (int i = 0; i < S::kStages - 1; ++i) {
-    if (i < count) {
-      issue_stage<T, kBN>(p, smem + i * S::kStageBytes, tok0, nt0, kt0 + i);
-    }
-    tc::cp_async_commit();
-  }
-  GroupRaw gr[2];
+  uint32_t a[layout::kSteps][4];
   if (count > 0) {
-    w4a16::tc_gemm::load_tile_groups<2>(p, kt0, 0, n0, lane, gr);
-  }
-
-  for (int i = 0; i < count; ++i) {
-    tc::cp_async_wait<S::kStages - 2>();
-    sm90::fence_proxy_async_smem();
-    __syncthreads();
-    const int next = i + S::kStages - 1;
-    if (next < count) {
-      issue_stage<T, kBN>(p, smem + (next % S::kStages) * S::kStageBytes, tok0,
-                          nt0, kt0 + next);
-    }
-    tc::cp_async_commit();
-
-    const RowGroups rg[2] = {row_groups<T>(p, gr[0], warp, lane),
-                             row_groups<T>(p, gr[1], warp, lane)};
-    if (i + 1 < count) {
-      w4a16::tc_gemm::load_tile_groups<2>(p, kt0 + i + 1, 0, n0, lane, gr);
-    }
-    uint8_t* stage = smem + (i % S::kStages) * S::kStageBytes;
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(
-        stage + S::kActBytes + wg * kTileBytes);
-    uint32_t a[layout::kSteps][4];
 #pragma unroll
-    for (int s = 0; s < layout::kSteps; ++s) {
-      dequant_step<T>(words[s * 128 + lane * 4 + warp], rg[s / 2], a[s]);
-    }
-    const uint32_t act = tc::smem_addr(stage);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < layout::kSteps; ++s)
-#pragma unroll
-      for (int u = 0; u < S::kSub; ++u) {
-        // Tokens 64 u.. start 64 rows (8 atoms) in; step s at k = 16 s.
-        const uint32_t addr =
-            act + u * 64 * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
-        sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s],
-                                     sm90::sw128_kmajor_desc(addr));
+    for (int i = 0; i < S::kStages - 1; ++i) {
+      if (i < count) {
+        issue_stage<T, kBN>(p, smem + i * S::kStageBytes, tok0, nt0, kt0 + i);
       }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
+      tc::cp_async_commit();
+    }
+    GroupRaw gr[2];
+    w4a16::tc_gemm::load_tile_groups<2>(p, kt0, 0, n0, lane, gr);
+    stage_ready<S::kStages - 2>();  // k-tile 0
+    dequant_tile<T, kBN>(p, smem, wg, warp, lane, n0, kt0, count > 1, gr, a);
+
+    for (int i = 0; i < count; ++i) {
+      const uint32_t act =
+          tc::smem_addr(smem + (i % S::kStages) * S::kStageBytes);
 #pragma unroll
-    for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
+      for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < layout::kSteps; ++s)
+#pragma unroll
+        for (int u = 0; u < S::kSub; ++u) {
+          // Tokens 64 u.. start 64 rows (8 atoms) in; step s at k = 16 s.
+          const uint32_t addr =
+              act + u * 64 * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
+          sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s],
+                                       sm90::sw128_kmajor_desc(addr));
+        }
+      sm90::wgmma_commit();
+
+      uint32_t a_next[layout::kSteps][4];
+      if (i + 1 < count) {
+        stage_ready<S::kStages - 3>();  // k-tile i + 1
+        const int next = i + S::kStages - 1;
+        if (next < count) {
+          issue_stage<T, kBN>(p, smem + (next % S::kStages) * S::kStageBytes,
+                              tok0, nt0, kt0 + next);
+        }
+        tc::cp_async_commit();
+        dequant_tile<T, kBN>(p, smem + ((i + 1) % S::kStages) * S::kStageBytes,
+                             wg, warp, lane, n0, kt0 + i + 1, i + 2 < count, gr,
+                             a_next);
+      }
+      sm90::wgmma_wait<0>();
+#pragma unroll
+      for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
+#pragma unroll
+      for (int s = 0; s < layout::kSteps; ++s) sm90::fence_operands(a[s]);
+      if (i + 1 < count) {
+#pragma unroll
+        for (int s = 0; s < layout::kSteps; ++s)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) a[s][j] = a_next[s][j];
+      }
+    }
   }
   tc::cp_async_wait<0>();
   store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);

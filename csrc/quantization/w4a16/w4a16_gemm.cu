@@ -312,8 +312,8 @@ void run_tc_gemm(const at::Tensor& a, const at::Tensor& b_packed,
 }
 
 // ---- The Hopper path (cuda/w4a16_wgmma.h) -----------------------------------
-// Same plan as the decode kernels: K splits from how full the resident block
-// slots stay, at least one pipeline of k-tiles per split.
+// K splits by choose_wgmma_splits: only a grid under one wave is split, at
+// least one pipeline of k-tiles per split, the workspace kept small.
 template <typename T>
 void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
                     const at::Tensor& scales,
@@ -340,8 +340,9 @@ void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   const int k_tiles = static_cast<int>(shape.k_tiles);
   const int64_t slots = static_cast<int64_t>(prop->multiProcessorCount) *
                         w4a16::wgmma::resident_blocks(shape.m, kHalf);
-  const int splits = choose_splits(token_tiles * col_blocks, k_tiles, slots,
-                                   w4a16::wgmma::stages(shape.m));
+  const int splits =
+      choose_wgmma_splits(token_tiles * col_blocks, k_tiles, slots,
+                          w4a16::wgmma::stages(shape.m), shape.m * shape.n);
   const SplitLaunch l = split_launch(a, b_packed, scales, zeros, bias, shape,
                                      group_rows, splits, out);
   w4a16::wgmma::launch(l.args, kHalf, stream);

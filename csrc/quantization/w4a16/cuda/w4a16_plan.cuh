@@ -136,6 +136,29 @@ inline int choose_splits(int64_t base_blocks, int k_tiles, int64_t slots,
   return 1;
 }
 
+// K splits of the wgmma kernel. Its grid holds every token tile, so from
+// M = 64 up it often fills the GPU unsplit, where choose_splits' fill rule
+// would still split: that rule ignores the fp32 workspace (splits x M x N x
+// 4 bytes written, then read again by the reduce). So: split only a grid
+// under one wave of resident slots, up to one wave, and only while the
+// workspace stays within kWgmmaWorkspaceBytes (about the L2; beyond it the
+// round trip goes to DRAM).
+// Measurements: docs/quantization/log/2026-12-06-wgmma-first-run-h100.md.
+constexpr int64_t kWgmmaWorkspaceBytes = 32 << 20;
+
+inline int choose_wgmma_splits(int64_t base_blocks, int k_tiles, int64_t slots,
+                               int min_k_tiles_per_split, int64_t mn) {
+  const int max_splits =
+      std::max(1, std::min(k_tiles / min_k_tiles_per_split, kMaxSplits));
+  int s = static_cast<int>(std::clamp<int64_t>(
+      slots / std::max<int64_t>(base_blocks, 1), 1, max_splits));
+  while (s > 1 && static_cast<int64_t>(s) * mn * 4 > kWgmmaWorkspaceBytes) --s;
+  // The split count the launch really has: ceil(k_tiles / per) for per =
+  // ceil(k_tiles / s) can be fewer than s.
+  const int per = (k_tiles + s - 1) / s;
+  return (k_tiles + per - 1) / per;
+}
+
 // ---- The tc builds and their split-K cost model -----------------------------
 // Block tiles: 4 warps side by side along N (BN = 256), so every code is
 // dequantized once per block and a warp's tile is 16 * kWM x 64 (kWM = 4: two

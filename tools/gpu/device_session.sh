@@ -27,7 +27,7 @@
 #   bench2    fp16 + fp32 on a subset (rows 1,1024,8192,32768 x hidden 4096,5125,8192),
 #             anchors without torch.compile (extra args: BENCH2_ARGS="...")
 #   bench_w4a16  python -m benchmarks.kernels.benchmark_w4a16 --device cuda, bf16, the GPU
-#             preset; Marlin/Machete when the serve set is unpacked (BENCH_W4A16_ARGS="...")
+#             preset; Marlin/Machete once vLLM's tree (serve parts 1-3) is unpacked (BENCH_W4A16_ARGS="...")
 #   bench_w4a16_paths  the same benchmark once per forced path of BENCH_W4A16_PATHS
 #             (default "wgmma"), ours and the floor only, one process each (the path
 #             is read once per process) -> bench_w4a16_<path>.json; beside a
@@ -466,7 +466,7 @@ stage_profile() {
 
 stage_profile_w4a16() {
   ensure_built || { add_summary profile_w4a16 SKIP 0 "no build"; return; }
-  vllm_env >/dev/null 2>&1 || true  # Marlin/Machete when the serve set is unpacked
+  vllm_env >/dev/null 2>&1 || true  # Marlin/Machete once vLLM's tree is unpacked
   anchor_env
   # shellcheck disable=SC2086
   run_ncu_profile profile_w4a16 "$1" "$PY" -m benchmarks.kernels.profile_cases \
@@ -546,10 +546,13 @@ stage_sanitize() {
 # vLLM serving (the "serve" carry set)
 # ---------------------------------------------------------------------------
 VLLM_ENV_OK=""
-vllm_env() {  # PYTHONPATH and the variables vLLM 0.24 needs here; 1 when the set is missing
+# vLLM's tree (bundle vllm_serve, parts 1-3) is all the anchors need; the
+# model's wheelhouse (bundle smollm2) only the stages that serve SmolLM2
+# (vllm_up, vllm_tests, e2e, system: they check have_model).
+vllm_env() {  # PYTHONPATH and the variables vLLM 0.24 needs here; 1 when vLLM's tree is missing
   [[ "$VLLM_ENV_OK" == 1 ]] && return 0
   local site="$CARRY_ROOT/vllm_serve/site" wh="$CARRY_ROOT/smollm2/wheelhouse"
-  [[ -d "$site/vllm" && -d "$wh" ]] || return 1
+  [[ -d "$site/vllm" ]] || return 1
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
   # The sampler would import flashinfer (not carried); no usage reports, no hub.
   export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
@@ -558,10 +561,13 @@ vllm_env() {  # PYTHONPATH and the variables vLLM 0.24 needs here; 1 when the se
   say "vLLM env: PYTHONPATH=$PYTHONPATH MYOPS_WHEELHOUSE=$wh"
 }
 
+have_model() { [[ -d "$CARRY_ROOT/smollm2/wheelhouse" ]]; }
+
 stage_vllm_up() {
   local t=$SECONDS b=$1 rc model
   ensure_built || { add_summary vllm_up SKIP 0 "no build"; return; }
   vllm_env || { add_summary vllm_up SKIP 0 "serve carry set incomplete (see unpack)"; return; }
+  have_model || { add_summary vllm_up SKIP 0 "serve carry set: the model's part (smollm2) missing"; return; }
   {
     say "vllm_up: python -m vllm_myops.models (SmolLM2 from its wheel, converted once)"
     model="$(timeout 300 "$PY" -m vllm_myops.models 2>&1 | tee /dev/stderr | tail -n 1)"
@@ -588,6 +594,7 @@ stage_vllm_tests() {
   local t=$SECONDS b=$1 rc line args=()
   ensure_built || { add_summary vllm_tests SKIP 0 "no build"; return; }
   vllm_env || { add_summary vllm_tests SKIP 0 "serve carry set incomplete"; return; }
+  have_model || { add_summary vllm_tests SKIP 0 "serve carry set: the model's part (smollm2) missing"; return; }
   read -r -a args <<<"${PLUGIN_TEST_ARGS:-tests/plugin}"
   say "vllm_tests: pytest ${args[*]} (budget ${b}s, log vllm_tests.log)"
   # -rA: also the output of passing tests (the e2e tests print their agreement figures).
@@ -605,6 +612,7 @@ stage_e2e() {
   local t=$SECONDS b=$1 rc=0 m n per run name rargs tag runs=() models=()
   ensure_built || { add_summary e2e SKIP 0 "no build"; return; }
   vllm_env || { add_summary e2e SKIP 0 "serve carry set incomplete"; return; }
+  have_model || { add_summary e2e SKIP 0 "serve carry set: the model's part (smollm2) missing"; return; }
   read -r -a models <<<"${E2E_MODELS:-smollm2 llama3-8b-dummy}"
   if [[ -n "${E2E_RUNS:-}" ]]; then IFS=';' read -r -a runs <<<"$E2E_RUNS"; else runs=("="); fi
   n=$(( ${#models[@]} * ${#runs[@]} ))
@@ -629,6 +637,7 @@ stage_system() {
   local t=$SECONDS b=$1 rc=0 model prov per n dir="$OUT/system" args=() sums=()
   ensure_built || { add_summary system SKIP 0 "no build"; return; }
   vllm_env || { add_summary system SKIP 0 "serve carry set incomplete"; return; }
+  have_model || { add_summary system SKIP 0 "serve carry set: the model's part (smollm2) missing (its tokenizer)"; return; }
   mkdir -p "$dir"
   read -r -a args <<<"${SYSTEM_ARGS:-}"
   {

@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include <cuda.h>  // CUtensorMap
+
 #include "cuda/sm90_utils.cuh"
 
 namespace vllm_myops::sm90 {
@@ -122,9 +124,35 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst,
 // wgmma reads, the waiting thread still issues fence_proxy_async_smem.
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
 #if defined(VLLM_MYOPS_SM90A_DEVICE)
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                   smem_u32(bar))
+               : "memory");
+#endif
+}
+
+// A 2-D tile of the tensor map `map` (a __grid_constant__ kernel parameter
+// or other global / constant memory) at coordinates (c0 innermost, c1) into
+// shared memory (aligned as the map's swizzle requires: 1024 bytes for the
+// 128-byte swizzle); elements outside the tensor are filled as the map says
+// (zeros for CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE). The whole box's bytes count
+// against `bar`'s expected transactions, in bounds or not.
+__device__ __forceinline__ void tma_load_2d(void* smem_dst,
+                                            const CUtensorMap* map, int c0,
+                                            int c1, uint64_t* bar) {
+#if defined(VLLM_MYOPS_SM90A_DEVICE)
   asm volatile(
-      "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
-          smem_u32(bar))
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_"
+      "tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+#endif
+}
+
+// Fetches the tensor map's descriptor ahead of its first use.
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+#if defined(VLLM_MYOPS_SM90A_DEVICE)
+  asm volatile(
+      "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map))
       : "memory");
 #endif
 }
@@ -150,10 +178,11 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 #endif
 }
 
-// ---- Named barriers -----------------------------------------------------------
-// A barrier among `threads` threads (a multiple of 32) on hardware barrier
-// `id` (1..15; 0 is __syncthreads): lets the consumer warpgroups sync among
-// themselves without the producer.
+// ---- Named barriers
+// ----------------------------------------------------------- A barrier among
+// `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+// __syncthreads): lets the consumer warpgroups sync among themselves without
+// the producer.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

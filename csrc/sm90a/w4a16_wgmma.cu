@@ -40,6 +40,7 @@
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
 #include "quantization/w4a16/cuda/w4a16_tc_gemm.cuh"
 #include "quantization/w4a16/cuda/w4a16_wgmma.h"
+#include "quantization/w4a16/cuda/w4a16_wgmma_tile.cuh"
 
 namespace vllm_myops::w4a16::wgmma {
 namespace {
@@ -47,22 +48,18 @@ namespace {
 namespace layout = cuda_layout;
 using dev::GemmArgs;
 using dev::GroupRaw;
+using tile::kActChunks;
+using tile::kTileBytes;
 
-constexpr int kTileBytes = layout::kTileWords * 4;
-constexpr int kTileQuads = layout::kTileWords / 4;   // 16-byte chunks
-constexpr int kActChunks = layout::kTileK * 2 / 16;  // per activation row
+constexpr int kTileQuads = layout::kTileWords / 4;  // 16-byte chunks
 static_assert(kTileQuads * kWarpgroups == kThreads, "one chunk per thread");
-static_assert(kActChunks * 16 == sm90::kSwizzleRowBytes, "64 k per row");
 
 // Tile shapes per token tile. Stages: at least ~24 KB of weight tiles in
 // flight per block at the small tiles (decode is a weight stream), fewer at
 // the large ones, where the activation tile dominates a stage.
 template <int kBN>
-struct Shape {
-  static constexpr int kInstN = kBN < 64 ? kBN : 64;  // wgmma N
-  static constexpr int kSub = kBN / kInstN;           // wgmma per k16 step
-  static constexpr int kAcc = kInstN / 2;  // fp32 accumulators per wgmma
-  static constexpr int kActBytes = kBN * sm90::kSwizzleRowBytes;
+struct Shape : tile::TokenTile<kBN> {
+  using tile::TokenTile<kBN>::kActBytes;
   static constexpr int kStageBytes = kActBytes + kWarpgroups * kTileBytes;
   static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
   // Resident blocks the register budget must allow: at least two (one
@@ -72,7 +69,6 @@ struct Shape {
   static constexpr int kMinBlocks = kBN <= 32 ? 3 : 2;
   // + 1 KB: the stages start at a 1024-byte boundary (the swizzle atom).
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
-  static_assert(kActBytes % sm90::kSwizzleAtomBytes == 0, "whole atoms");
 };
 
 // The activation chunks and weight tiles of k-tile kt into `stage`.
@@ -110,128 +106,12 @@ __device__ __forceinline__ void issue_stage(const GemmArgs& p, uint8_t* stage,
                   src, valid);
 }
 
-// Scale and base + zero of the two rows of a lane's A fragment (columns
-// 16 w + g and 16 w + 8 + g of the n-tile), each as a pair of equal halves.
-struct RowGroups {
-  uint32_t zb[2];
-  uint32_t s[2];
-};
-
-// From the raw pairs of load_group (lane c / 2 holds column c). Whole warp.
-template <typename T>
-__device__ __forceinline__ RowGroups row_groups(const GemmArgs& p,
-                                                const GroupRaw& gr, int warp,
-                                                int lane) {
-  constexpr uint32_t kBaseBits = dev::MmaType<T>::kExponent & 0xffffu;
-  const int g = lane / 4;
-  const int half_shift = 16 * (g % 2);
-  RowGroups out;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int src = 8 * warp + 4 * h + g / 2;
-    const uint32_t sv =
-        (__shfl_sync(0xffffffffu, gr.s2, src) >> half_shift) & 0xffffu;
-    out.s[h] = sv | (sv << 16);
-    // Zero codes are stored as T; base + z is exact in T's bits.
-    uint32_t zcode = 8;
-    if (p.zeros != nullptr) {
-      const uint32_t zv =
-          (__shfl_sync(0xffffffffu, gr.z2, src) >> half_shift) & 0xffffu;
-      zcode = static_cast<uint32_t>(
-          __float2int_rn(cuda::to_float(dev::from_bits<T>(zv))));
-    }
-    const uint32_t zbits = kBaseBits + zcode;
-    out.zb[h] = zbits | (zbits << 16);
-  }
-  return out;
-}
-
-// The A fragment of one k16 step from its packed word: register j (rows
-// g + 8 (j % 2), k 2t + 8 (j / 2) and + 1) is nibble pair kPairOf[j], i.e.
-// nibbles (kPairOf[j], kPairOf[j] + 4) (cuda/w4a16_layout.cuh), checked for
-// every lane at compile time.
-constexpr int kPairOf[4] = {0, 2, 1, 3};
-constexpr bool fragment_matches_layout() {
-  for (int w = 0; w < 4; ++w)
-    for (int l = 0; l < 32; ++l)
-      for (int s = 0; s < layout::kSteps; ++s)
-        for (int j = 0; j < 4; ++j)
-          for (int h = 0; h < 2; ++h) {
-            const layout::TileCoord c =
-                layout::nibble_coord(s * 128 + l * 4 + w, kPairOf[j] + 4 * h);
-            const int g = l / 4, t = l % 4;
-            if (c.n != 16 * w + g + 8 * (j % 2)) return false;
-            if (c.k != 16 * s + 2 * t + h + 8 * (j / 2)) return false;
-          }
-  return true;
-}
-static_assert(fragment_matches_layout(),
-              "kPairOf does not give the wgmma A fragment of warp w's word");
-
-template <typename T>
-__device__ __forceinline__ void dequant_step(uint32_t q, const RowGroups& rg,
-                                             uint32_t (&a)[4]) {
-  a[0] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[0]>(q), rg.zb[0],
-                              rg.s[0]);
-  a[1] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[1]>(q), rg.zb[1],
-                              rg.s[1]);
-  a[2] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[2]>(q), rg.zb[0],
-                              rg.s[0]);
-  a[3] = dev::dequant_pair<T>(dev::codes_pair<T, kPairOf[3]>(q), rg.zb[1],
-                              rg.s[1]);
-}
-
-// Accumulator r of n8 block j of instruction u: column 16 w + g + 8 (r / 2)
-// of the n-tile, token 64 u + 8 j + 2 t + (r % 2) of the tile.
-template <typename T, int kBN>
-__device__ __forceinline__ void store_tile(
-    const GemmArgs& p, const float (&acc)[Shape<kBN>::kSub][Shape<kBN>::kAcc],
-    int tok0, int n0, int warp, int lane) {
-  using S = Shape<kBN>;
-  const int g = lane / 4, t = lane % 4;
-  const T* bias = static_cast<const T*>(p.bias);
-  T* out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int u = 0; u < S::kSub; ++u)
-#pragma unroll
-    for (int j = 0; j < S::kInstN / 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int n = n0 + 16 * warp + g + 8 * (r / 2);
-        const int tok = tok0 + 64 * u + 8 * j + 2 * t + (r % 2);
-        if (n >= p.n || tok >= p.m) continue;
-        const float v = acc[u][4 * j + r];
-        const int64_t idx = static_cast<int64_t>(tok) * p.n + n;
-        if (p.splits > 1) {
-          p.workspace[static_cast<int64_t>(blockIdx.z) * p.m * p.n + idx] = v;
-        } else {
-          const float b = bias != nullptr ? cuda::to_float(bias[n]) : 0.f;
-          out[idx] = cuda::from_float<T>(v + b);
-        }
-      }
-}
-
-// k-tile kt's A fragments from `stage`: the scales and zeros of `gr` (k-tile
-// kt's groups) to rows, then gr refilled with k-tile kt + 1's when it is in
-// this split (the loads ride under the wgmma in flight).
-template <typename T, int kBN>
-__device__ __forceinline__ void dequant_tile(const GemmArgs& p,
-                                             const uint8_t* stage, int wg,
-                                             int warp, int lane, int n0, int kt,
-                                             bool load_next, GroupRaw (&gr)[2],
-                                             uint32_t (&a)[layout::kSteps][4]) {
-  using S = Shape<kBN>;
-  const RowGroups rg[2] = {row_groups<T>(p, gr[0], warp, lane),
-                           row_groups<T>(p, gr[1], warp, lane)};
-  if (load_next) {
-    w4a16::tc_gemm::load_tile_groups<2>(p, kt + 1, 0, n0, lane, gr);
-  }
-  const uint32_t* words =
-      reinterpret_cast<const uint32_t*>(stage + S::kActBytes + wg * kTileBytes);
-#pragma unroll
-  for (int s = 0; s < layout::kSteps; ++s) {
-    dequant_step<T>(words[s * 128 + lane * 4 + warp], rg[s / 2], a[s]);
-  }
+// Warpgroup wg's packed weight tile in `stage` (after the activations).
+template <int kBN>
+__device__ __forceinline__ const uint32_t* weights_of(const uint8_t* stage,
+                                                      int wg) {
+  return reinterpret_cast<const uint32_t*>(stage + Shape<kBN>::kActBytes +
+                                           wg * kTileBytes);
 }
 
 // This thread's copies of the stage it waits for, visible to every thread
@@ -287,25 +167,13 @@ __global__ void __launch_bounds__(kThreads, Shape<kBN>::kMinBlocks)
     GroupRaw gr[2];
     w4a16::tc_gemm::load_tile_groups<2>(p, kt0, 0, n0, lane, gr);
     stage_ready<S::kStages - 2>();  // k-tile 0
-    dequant_tile<T, kBN>(p, smem, wg, warp, lane, n0, kt0, count > 1, gr, a);
+    tile::dequant_tile<T>(p, weights_of<kBN>(smem, wg), warp, lane, n0, kt0,
+                          count > 1, gr, a);
 
     for (int i = 0; i < count; ++i) {
       const uint32_t act =
           tc::smem_addr(smem + (i % S::kStages) * S::kStageBytes);
-#pragma unroll
-      for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < layout::kSteps; ++s)
-#pragma unroll
-        for (int u = 0; u < S::kSub; ++u) {
-          // Tokens 64 u.. start 64 rows (8 atoms) in; step s at k = 16 s.
-          const uint32_t addr =
-              act + u * 64 * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
-          sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s],
-                                       sm90::sw128_kmajor_desc(addr));
-        }
-      sm90::wgmma_commit();
+      tile::mma_k_tile<T, kBN>(acc, a, act);
 
       uint32_t a_next[layout::kSteps][4];
       if (i + 1 < count) {
@@ -316,9 +184,10 @@ __global__ void __launch_bounds__(kThreads, Shape<kBN>::kMinBlocks)
                               tok0, nt0, kt0 + next);
         }
         tc::cp_async_commit();
-        dequant_tile<T, kBN>(p, smem + ((i + 1) % S::kStages) * S::kStageBytes,
-                             wg, warp, lane, n0, kt0 + i + 1, i + 2 < count, gr,
-                             a_next);
+        tile::dequant_tile<T>(
+            p,
+            weights_of<kBN>(smem + ((i + 1) % S::kStages) * S::kStageBytes, wg),
+            warp, lane, n0, kt0 + i + 1, i + 2 < count, gr, a_next);
       }
       sm90::wgmma_wait<0>();
 #pragma unroll
@@ -334,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, Shape<kBN>::kMinBlocks)
     }
   }
   tc::cp_async_wait<0>();
-  store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
+  tile::store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
 }
 
 template <typename T, int kBN>
@@ -361,22 +230,6 @@ int resident_blocks_of() {
     return b > 1 ? b : 1;
   }();
   return blocks;
-}
-
-// f(std::integral_constant<int, kBN>{}) for the token tile of M tokens: the
-// one place a runtime M picks a build.
-template <class F>
-decltype(auto) with_token_tile(int64_t m, F&& f) {
-  switch (token_tile(m)) {
-    case 16:
-      return f(std::integral_constant<int, 16>{});
-    case 32:
-      return f(std::integral_constant<int, 32>{});
-    case 64:
-      return f(std::integral_constant<int, 64>{});
-    default:
-      return f(std::integral_constant<int, 128>{});
-  }
 }
 
 template <typename T>

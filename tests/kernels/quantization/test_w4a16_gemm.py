@@ -558,10 +558,11 @@ CUDA_PATHS = (
     "tc8",
     "dequant",
     "wgmma",
+    "wgmma_tma",
 )
 # Paths that run on compute capability 9.0 only (sm_90a kernels); elsewhere
 # forcing them raises (test_wgmma_refused_off_hopper).
-HOPPER_PATHS = ("wgmma",)
+HOPPER_PATHS = ("wgmma", "wgmma_tma")
 
 
 def _skip_unless_runnable(path: str) -> None:
@@ -596,8 +597,11 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included; wgmma: the Hopper kernel (weight
     dequantized in registers as wgmma's A operand, activations the
-    shared-memory B operand, token tiles 16 .. 128) at every M. The paths
-    "auto" can take are offered, and wgmma before auto takes it
+    shared-memory B operand, token tiles 16 .. 128) at every M; wgmma_tma:
+    its warp-specialized build (a producer warp, activations by TMA through
+    a tensor map, weight tiles by bulk copy, mbarrier stages; strided or
+    misaligned rows through an aligned copy). The paths "auto" can take are
+    offered, and the Hopper ones before auto takes them
     (docs/quantization/design.md). The default run
     covers each path only in its own M range; these reruns hold every path
     to the same fp64 reference and tolerance at every M of the tests."""
@@ -618,11 +622,12 @@ def test_cuda_graph_capture_paths(path: str, tmp_path: Path) -> None:
 
 
 @needs_cuda
-def test_wgmma_refused_off_hopper() -> None:
-    """Forcing the Hopper kernel on another GPU is an error that says so,
+@pytest.mark.parametrize("path", HOPPER_PATHS)
+def test_wgmma_refused_off_hopper(path: str) -> None:
+    """Forcing a Hopper kernel on another GPU is an error that says so,
     never a launch of code the GPU cannot run."""
     if torch.cuda.get_device_capability() == (9, 0):
-        pytest.skip("a compute capability 9.0 GPU runs the wgmma path")
+        pytest.skip(f"a compute capability 9.0 GPU runs the {path} path")
     code = (
         "import torch, vllm_myops._custom_ops as ops\n"
         "from vllm_myops.quantization import reference\n"
@@ -632,12 +637,12 @@ def test_wgmma_refused_off_hopper() -> None:
         "s = torch.ones(1, 64, device='cuda', dtype=torch.bfloat16)\n"
         "ops.w4a16_gemm(a, packed, s, None, None, 128, 64, 128)\n"
     )
-    env = dict(os.environ, **{CUDA_PATH_ENV: "wgmma"})
+    env = dict(os.environ, **{CUDA_PATH_ENV: path})
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True
     )
     assert proc.returncode != 0
-    assert "VLLM_MYOPS_W4A16_CUDA_PATH=wgmma needs" in proc.stderr, proc.stderr
+    assert f"VLLM_MYOPS_W4A16_CUDA_PATH={path} needs" in proc.stderr, proc.stderr
 
 
 @needs_cuda

@@ -68,8 +68,10 @@ constexpr int64_t kTcMaxM = 160;
 // (w4a16_decode_kernel), "tc" (w4a16_tc_kernel, its build by M and cost
 // model; "tc4" / "tc8": the 64-row build of 4 / 8 warps at every M) or
 // "dequant" (dequant + cuBLAS); unset or "auto" chooses by M. "wgmma" (the
-// Hopper kernel, csrc/sm90a/w4a16_wgmma.cu) is offered before "auto" takes
-// it: its first GPU run decides where it does (docs/quantization/log/).
+// Hopper kernel, csrc/sm90a/w4a16_wgmma.cu) and "wgmma_tma" (its
+// warp-specialized build, TMA and mbarriers, csrc/sm90a/w4a16_wgmma_tma.cu)
+// are offered before "auto" takes them: their A/B on the GPU decides which
+// stays and where it runs (docs/quantization/log/).
 enum class CudaPath {
   kAuto,
   kSwap,
@@ -79,7 +81,8 @@ enum class CudaPath {
   kTc4,
   kTc8,
   kDequant,
-  kWgmma
+  kWgmma,
+  kWgmmaTma
 };
 
 inline CudaPath forced_cuda_path() {
@@ -92,7 +95,8 @@ inline CudaPath forced_cuda_path() {
                    {"tc4", CudaPath::kTc4},
                    {"tc8", CudaPath::kTc8},
                    {"dequant", CudaPath::kDequant},
-                   {"wgmma", CudaPath::kWgmma}});
+                   {"wgmma", CudaPath::kWgmma},
+                   {"wgmma_tma", CudaPath::kWgmmaTma}});
   return f;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -33,6 +34,22 @@ inline int token_tile(int64_t m) {
   return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
 }
 
+// f(std::integral_constant<int, kBN>{}) for the token tile of M tokens: the
+// one place a runtime M picks a build.
+template <class F>
+decltype(auto) with_token_tile(int64_t m, F&& f) {
+  switch (token_tile(m)) {
+    case 16:
+      return f(std::integral_constant<int, 16>{});
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    default:
+      return f(std::integral_constant<int, 128>{});
+  }
+}
+
 // Pipeline depth (k-tiles per block in flight) and resident blocks per SM of
 // the build that runs M tokens (the host's K-split choice needs both).
 int stages(int64_t m);
@@ -44,5 +61,16 @@ int resident_blocks(int64_t m, bool is_half);
 // by the caller: compute capability 9.0, a's rows 16-byte copyable
 // (args.a_aligned16), T = __half when is_half else __nv_bfloat16.
 void launch(const dev::GemmArgs& args, bool is_half, cudaStream_t stream);
+
+// The warp-specialized build (path "wgmma_tma", csrc/sm90a/w4a16_wgmma_tma.cu):
+// a producer warp fills the stages by TMA (activations) and bulk copies
+// (weight tiles) on mbarriers; same tiles, grid and split contract as above.
+// Extra precondition of launch: a's base 16-byte aligned and its row stride
+// a multiple of 8 elements (the tensor map's rule; K may be anything).
+namespace tma {
+int stages(int64_t m);
+int resident_blocks(int64_t m, bool is_half);
+void launch(const dev::GemmArgs& args, bool is_half, cudaStream_t stream);
+}  // namespace tma
 
 }  // namespace vllm_myops::w4a16::wgmma

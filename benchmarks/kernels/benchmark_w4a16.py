@@ -8,13 +8,16 @@ this file declares the family's cases, implementations, check,
 bytes/FLOP models and targets):
 - A case is `a [M, K] @ W [K, N]` with W int4 (GPTQ interchange format,
   vllm_myops.quantization.reference), group `--group`, symmetric or with zero
-  points (`--zp`). Each buffer set holds its own weight (every layer of a
-  model has its own), so the sets rotate over > 3x the last-level cache and
-  every call reads its weight from DRAM/HBM. Every implementation converts
-  the set's weight into its own layout before timing (Impl.prepare), from the
-  same codes and scales: the same checkpoint everywhere.
-- bytes: int4 weights + scales (+ zero points) + A + C; FLOPs: 2*M*N*K.
-- floor: one pass over the int4 weight bytes at the case's size, timed like
+  points (`--zp`), plain or act-order (`--order`, below). Each buffer set
+  holds its own weight (every layer of a model has its own), so the sets
+  rotate over > 3x the last-level cache and every call reads its weight
+  from DRAM/HBM. Every implementation converts the set's weight into its
+  own layout before timing (Impl.prepare), from the same codes and scales:
+  the same checkpoint everywhere.
+- bytes: int4 weights + scales (+ zero points) + A + C (+ the int32 [K]
+  permutation for act-order); FLOPs: 2*M*N*K.
+- floor: one pass over the int4 weight bytes (act-order: and the [K]
+  permutation, in one buffer of the set's own) at the case's size, timed like
   the op (CUDA: torch.neg, an SM pass; CPU: memcpy, Tensor.copy_, half the
   bytes read, half written). At M <= 16 a GEMM cannot beat it.
 - ceilings measured in the same run: a large copy (bytes read + written) and
@@ -23,6 +26,33 @@ bytes/FLOP models and targets):
 - Every implementation's output is checked against the fp64 reference
   (reference.w4a16_gemm_ref) on fresh inputs of the case before it is timed;
   one that disagrees is reported "wrong", loudly, and never counts as an anchor.
+  Act-order cases are checked against the reference with the case's g_idx.
+- Act-order (`--order plain,act`, default plain): a GPTQ desc_act checkpoint.
+  Its g_idx is what GPTQ writes with desc_act: the columns are quantized in
+  a random order (GPTQ's: descending Hessian diagonal) and g_idx[k] =
+  (position of k in that order) // group, so group ids are non-monotonic
+  along K (a fixed seed: every implementation sees the same g_idx). Such a
+  case has op `w4a16_gemm_act_order` in its records (plain: `w4a16_gemm`,
+  as before the option, so plain records match earlier results and
+  baselines) and `act` in its label. Group -1 has no act-order (one group:
+  g_idx is all zeros) and is left out of act. Per implementation:
+    ours     exactly the served layer: load = linear_method's steps
+             (reference.act_order_perm, rows of the codes permuted,
+             install_weights), call = linear_method.w4a16_apply (the
+             activation column gather, then w4a16_gemm)
+    gather   that gather alone (x.index_select(1, w4a16_perm)), so its share
+             of ours is visible (its xours column); not checked (a torch
+             gather; ours' check covers it)
+    marlin   as vLLM 0.24's gptq_marlin: marlin_sort_g_idx, rows sorted
+             (gptq_marlin_repack's perm), g_idx + g_idx_sort_indices,
+             is_k_full=True; symmetric only (vLLM builds Marlin's act-order
+             kernels for uint4b8 only)
+    machete  as vLLM 0.24's MacheteLinearKernel: rows permuted by
+             argsort(g_idx) before machete_prepack_B, the activation's
+             columns by vLLM's permute_cols each call
+    mm, tinygemm, cpu_wna16: no act-order input, reported missing
+  The anchor targets are for plain cases; act-order's (the issue's) is ours
+  within 3% of the same case in plain order, with the gather's share.
 
 Implementations (--impls, comma separated):
   floor      the weight-bytes pass above
@@ -34,6 +64,8 @@ Implementations (--impls, comma separated):
   marlin     vLLM 0.24 apply_gptq_marlin_linear, weights packed by
              marlin_quantize's steps (marlin_weights, marlin_permute_scales)
   machete    vLLM 0.24 machete_mm on machete_prepack_B (sm_90)
+  gather     act-order cases only: ours' activation column gather alone
+             (added by default when --order has act)
   CUDA anchors load vLLM's library from --vllm-lib / VLLM_ANCHOR_LIB and its
   Python package (the carried vLLM 0.24 tree) where importable.
 
@@ -41,6 +73,7 @@ Examples:
   python -m benchmarks.kernels.benchmark_w4a16 --save out/w4a16.json --plot out/w4a16.png
   python -m benchmarks.kernels.benchmark_w4a16 --preset cpu --save cpu.json
   python -m benchmarks.kernels.benchmark_w4a16 --m 1,16 --nk 28672x4096 --zp sym,asym
+  python -m benchmarks.kernels.benchmark_w4a16 --m 1,16,256 --zp sym,asym --order plain,act
   python -m benchmarks.kernels.benchmark_w4a16 --dry-run
   python -m benchmarks.kernels.benchmark_w4a16 --compare-baseline w4a16_bf16  # baselines/<this GPU>/
 """
@@ -49,10 +82,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,6 +109,8 @@ from benchmarks.common.sweep import (
 from vllm_myops.quantization import reference as R
 
 OP = "w4a16_gemm"
+# Act-order cases: the same GEMM after a column gather of the activation.
+OP_ACT = "w4a16_gemm_act_order"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Llama-3-8B and 70B linear layers (N x K), the issue's list.
 GPU_NK = (
@@ -96,8 +133,10 @@ DRY_NK = ((128, 256), (192, 576))
 DRY_M = (1, 7)
 GROUPS = (-1, 32, 64, 128)
 ZPS = ("sym", "asym")
+ORDERS = ("plain", "act")
+ACT_ORDER_SEED = 20260527  # the act-order cases' column order (any fixed seed)
 ANCHORS = ("mm", "tinygemm", "cpu_wna16", "marlin", "machete")
-CPU_DEFAULT_IMPLS = ("floor", "ours", "mm", "tinygemm", "cpu_wna16")
+CPU_DEFAULT_IMPLS = ("floor", "ours", "mm", "tinygemm", "cpu_wna16", "gather")
 
 
 # ---------------------------------------------------------------------------
@@ -122,14 +161,62 @@ def _w4a16_bytes(
     )
 
 
+@roofline.register_bytes_model(OP_ACT)
+def _w4a16_act_order_bytes(
+    m: int, n: int, k: int, group: int, zp: str, dtype: torch.dtype
+) -> int:
+    """The plain case's bytes and the int32 [K] permutation, read once."""
+    return _w4a16_bytes(m, n, k, group, zp, dtype) + 4 * k
+
+
 @roofline.register_flops_model(OP)
+@roofline.register_flops_model(OP_ACT)
 def _w4a16_flops(m: int, n: int, k: int) -> int:
     return roofline.flops_done("matmul", m=m, n=n, k=k) or 0
 
 
+def is_act(case: Case) -> bool:
+    """An act-order (GPTQ desc_act) case."""
+    return case["op"] == OP_ACT
+
+
+def order_of(case: Case) -> str:
+    return "act" if is_act(case) else "plain"
+
+
+def act_order_g_idx(size_k: int, group_size: int) -> torch.Tensor:
+    """int32 [K] (CPU) g_idx as GPTQ writes it with desc_act: the columns
+    are quantized in a (here random, fixed-seed) order and g_idx[k] =
+    position of k in that order // group_size, so the group ids along K are
+    non-monotonic and each group holds group_size rows (the last the rest)."""
+    g = R.effective_group_size(size_k, group_size)
+    gen = torch.Generator().manual_seed(ACT_ORDER_SEED)
+    order = torch.randperm(size_k, generator=gen)
+    g_idx = torch.empty(size_k, dtype=torch.int32)
+    g_idx[order] = (torch.arange(size_k) // g).to(torch.int32)
+    return g_idx
+
+
+def case_g_idx(case: Case, device: torch.device | str) -> torch.Tensor | None:
+    """The case's g_idx on device (None for a plain case)."""
+    if not is_act(case):
+        return None
+    return act_order_g_idx(case["k"], case["group"]).to(device)
+
+
+def served_perm(case: Case, device: torch.device | str) -> torch.Tensor:
+    """The served layer's w4a16_perm for the case's g_idx (int32 [K]): what
+    MyopsW4A16GPTQLinearMethod.process_weights_after_loading computes."""
+    k, group = case["k"], case["group"]
+    perm = R.act_order_perm(act_order_g_idx(k, group), k, group)
+    if perm is None:
+        raise ValueError(f"act-order case {label(case)} has a trivial g_idx")
+    return perm.to(device)
+
+
 def case_bytes(case: Case) -> int:
     return roofline.bytes_moved(
-        OP,
+        case["op"],
         m=case["m"],
         n=case["n"],
         k=case["k"],
@@ -177,6 +264,11 @@ def dequantized(s: Any, case: Case) -> torch.Tensor:
     return R.dequantize(codes_of(s, case["k"]), s.scales, zero_codes(s), case["group"])
 
 
+def no_act_order(case: Case, why: str) -> None:
+    if is_act(case):
+        raise Unavailable(f"not applicable to act-order: {why}")
+
+
 # ---------------------------------------------------------------------------
 # Implementations: fn(set) -> out [M, N]
 # ---------------------------------------------------------------------------
@@ -189,31 +281,129 @@ class W4Impl(ConvertingImpl):
 
 class Floor(BytesPassFloor):
     name = "floor"
-    description = "one pass over the int4 weight bytes (CUDA torch.neg, CPU memcpy), timed like the op"
+    description = (
+        "one pass over the int4 weight bytes (act-order: + the [K] permutation) "
+        "(CUDA torch.neg, CPU memcpy), timed like the op"
+    )
     operand = "qweight"
+
+    def convert(self, s, case):
+        if not is_act(case):
+            return super().convert(s, case)
+        # The weight's words and the permutation, in one buffer of this
+        # set's own (converted per set).
+        flat = torch.cat([s.qweight.view(-1), served_perm(case, s.qweight.device)])
+        half = flat.numel() // 2
+        return flat[:half], flat[half : 2 * half]
 
 
 class Ours(W4Impl):
     name = "ours"
-    description = "vllm_myops._custom_ops.w4a16_gemm on w4a16_repack's layout"
+    description = (
+        "vllm_myops._custom_ops.w4a16_gemm on w4a16_repack's layout "
+        "(act-order: the served layer, linear_method.w4a16_apply)"
+    )
     is_anchor = False
+    _linear_method: Any = None
 
     def load(self):
         self.ops, note = load_our_kernels(self.device, ("w4a16_gemm", "w4a16_repack"))
         return note
 
+    def linear_method(self) -> Any:
+        """vllm_myops.quantization.linear_method (it imports vLLM's linear
+        layer classes), or Unavailable."""
+        if self._linear_method is None:
+            try:
+                self._linear_method = importlib.import_module(
+                    "vllm_myops.quantization.linear_method"
+                )
+            except Exception as e:  # noqa: BLE001
+                raise Unavailable(
+                    "act-order runs the served layer (vllm_myops.quantization."
+                    f"linear_method, which needs vLLM): {short_error(e, 160)}"
+                ) from e
+        return self._linear_method
+
+    def supports(self, case):
+        if is_act(case):
+            self.linear_method()
+
     def convert(self, s, case):
-        return self.ops.w4a16_repack(s.qweight, case["k"], case["n"])
+        k, n, group = case["k"], case["n"], case["group"]
+        if not is_act(case):
+            return self.ops.w4a16_repack(s.qweight, k, n)
+        # MyopsW4A16GPTQLinearMethod.process_weights_after_loading's steps
+        # on the checkpoint's tensors: rows permuted so groups are
+        # contiguous, then install_weights (w4a16_repack) on a layer.
+        perm = served_perm(case, s.qweight.device)
+        codes = R.unpack_int4(s.qweight, 0, k)
+        layer = torch.nn.Module()
+        self.linear_method().install_weights(
+            layer,
+            R.pack_int4(codes[perm.long()], 0),
+            s.scales,
+            set_zeros(s),
+            perm,
+            k,
+            n,
+            group,
+            s.a.dtype,
+        )
+        return layer
 
     def call(self, s, w, case):
+        if is_act(case):
+            # What the served layer runs per call: the activation's columns
+            # gathered by w4a16_perm, then w4a16_gemm.
+            return self.linear_method().w4a16_apply(w, s.a, None)
         return self.ops.w4a16_gemm(
             s.a, w, s.scales, set_zeros(s), None, case["k"], case["n"], case["group"]
         )
+
+    def prepare(self, case, sets):
+        if not is_act(case):
+            return super().prepare(case, sets)
+        # The operand is a layer (a module of parameters): every other set
+        # gets a deep copy (its own memory, so still cold).
+        first = None
+        for s in sets:
+            if self.key in s.__dict__:
+                continue
+            if first is None:
+                w = first = self.convert(s, case)
+            else:
+                w = copy.deepcopy(first)
+            setattr(s, self.key, w)
+        return None
+
+
+class Gather(W4Impl):
+    name = "gather"
+    description = (
+        "act-order cases: ours' activation column gather alone "
+        "(x.index_select(1, w4a16_perm), as linear_method.w4a16_apply runs it)"
+    )
+    is_anchor = False
+    checked = False  # a torch gather; ours' check covers it
+
+    def supports(self, case):
+        if not is_act(case):
+            raise Unavailable("plain order: nothing to gather")
+
+    def convert(self, s, case):
+        return served_perm(case, s.a.device)
+
+    def call(self, s, w, case):
+        return s.a.index_select(1, w)
 
 
 class Mm(W4Impl):
     name = "mm"
     description = "torch.mm in the activation dtype on the dequantized weight [N, K] (cuBLAS on CUDA)"
+
+    def supports(self, case):
+        no_act_order(case, "a bf16 weight has no act-order (see the plain case)")
 
     def convert(self, s, case):
         # [N, K] row-major, as nn.Linear stores it and vLLM's unquantized path
@@ -240,6 +430,7 @@ class Tinygemm(W4Impl):
         return f"torch {torch.__version__}"
 
     def supports(self, case):
+        no_act_order(case, "torch's int4 mm takes no g_idx")
         g = R.effective_group_size(case["k"], case["group"])
         if g not in (32, 64, 128, 256):
             raise Unavailable(f"tinygemm takes groups of 32/64/128/256, not {g}")
@@ -311,6 +502,7 @@ class CpuWna16(W4Impl):
     def supports(self, case):
         # CPUWNA16LinearKernel.can_implement's limits, plus the kernel's own
         # group = K / G (a partial last group fails its group_size % 2 check).
+        no_act_order(case, "vLLM-CPU's kernel takes no g_idx")
         k, n, group = case["k"], case["n"], case["group"]
         if k % 32 or n % 32:
             raise Unavailable(f"vLLM-CPU needs K and N multiples of 32 (K={k}, N={n})")
@@ -405,6 +597,11 @@ class Marlin(W4Impl):
         )
         if not ok:
             raise Unavailable(f"Marlin: {why}")
+        if is_act(case) and case["zp"] == "asym":
+            raise Unavailable(
+                "vLLM 0.24 builds Marlin's act-order kernels (group_blocks 0) "
+                "for uint4b8 only: no zero points with act-order"
+            )
 
     def wtype(self, case):
         st = self.scalar_types
@@ -416,26 +613,35 @@ class Marlin(W4Impl):
         k, n = case["k"], case["n"]
         g = R.effective_group_size(k, case["group"])
         codes = codes_of(s, k)
+        empty = self.mu.marlin_make_empty_g_idx(self.device)
+        g_idx, sort_indices = empty, empty
+        if is_act(case):
+            # gptq_marlin (MarlinLinearKernel): g_idx sorted, the weight's
+            # rows in that order (gptq_marlin_repack's perm; marlin_quantize's
+            # sort_weights), the sort indices gather A's columns per call.
+            g_idx, sort_indices = self.mu.marlin_sort_g_idx(
+                case_g_idx(case, self.device)
+            )
+            codes = codes[sort_indices.long()]
         q = self.mut.marlin_weights(codes, k, n, 4, self.mut.get_weight_perm(4))
         scales = self.mu.marlin_permute_scales(s.scales, k, n, g)
         z = zero_codes(s)
-        empty = self.mu.marlin_make_empty_g_idx(self.device)
         zp = (
             empty
             if z is None
             else self.mu.marlin_zero_points(z, R.num_groups(k, case["group"]), n, 4)
         )
-        return q, scales, zp, empty
+        return q, scales, zp, g_idx, sort_indices
 
     def call(self, s, w, case):
-        q, scales, zp, empty = w
+        q, scales, zp, g_idx, sort_indices = w
         return self.mu.apply_gptq_marlin_linear(
             input=s.a,
             weight=q,
             weight_scale=scales,
             weight_zp=zp,
-            g_idx=empty,
-            g_idx_sort_indices=empty,
+            g_idx=g_idx,
+            g_idx_sort_indices=sort_indices,
             workspace=self.workspace,
             wtype=self.wtype(case),
             output_size_per_partition=case["n"],
@@ -465,22 +671,52 @@ class Machete(W4Impl):
         st = self.scalar_types
         return st.uint4 if case["zp"] == "asym" else st.uint4b8
 
+    def permute_cols(self, case) -> bool:
+        """vLLM's MacheteLinearKernel gathers A's columns with ops.permute_cols
+        for fp16/bf16 and K % 8 == 0, else with x[:, perm]."""
+        return case["k"] % 8 == 0
+
+    def supports(self, case):
+        if (
+            is_act(case)
+            and self.permute_cols(case)
+            and not hasattr(torch.ops._C, "permute_cols")
+        ):
+            raise Unavailable(
+                "torch.ops._C.permute_cols (vLLM's act-order gather for Machete) "
+                "is not registered"
+            )
+
     def convert(self, s, case):
+        qweight, perm = s.qweight, None
+        if is_act(case):
+            # MacheteLinearKernel.process_weights_after_loading: perm =
+            # argsort(g_idx), the weight's rows permuted before prepacking.
+            k = case["k"]
+            perm = torch.argsort(case_g_idx(case, self.device)).to(torch.int)
+            qweight = R.pack_int4(codes_of(s, k)[perm.long()], 0)
         # Our qweight is machete's pack_rows layout ([K/8, N], 8 codes along
         # K); it prepacks from a column-major copy, as vLLM's tests do.
         q = self.ops.machete_prepack_B(
-            s.qweight.t().contiguous().t(), s.a.dtype, self.wtype(case), s.scales.dtype
+            qweight.t().contiguous().t(), s.a.dtype, self.wtype(case), s.scales.dtype
         )
         z = zero_codes(s)
         # Machete dequantizes q * s + zero (uint4): our (q - z) * s, the zero
         # pre-scaled in the scales' dtype as vLLM's MacheteLinearKernel does.
         zeros = None if z is None else (-1.0 * s.scales * z.to(s.scales.dtype))
-        return q, zeros
+        return q, zeros, perm
 
     def call(self, s, w, case):
-        q, zeros = w
+        q, zeros, perm = w
+        a = s.a
+        if perm is not None:  # MacheteLinearKernel.apply_weights' act_perm
+            a = (
+                self.ops.permute_cols(a, perm)
+                if self.permute_cols(case)
+                else a[:, perm]
+            )
         return self.ops.machete_mm(
-            a=s.a,
+            a=a,
             b_q=q,
             b_type=self.wtype(case),
             b_group_scales=s.scales,
@@ -490,7 +726,7 @@ class Machete(W4Impl):
 
 
 IMPL_CLASSES: dict[str, type[Impl]] = {
-    c.name: c for c in (Floor, Ours, Mm, Tinygemm, CpuWna16, Marlin, Machete)
+    c.name: c for c in (Floor, Ours, Mm, Tinygemm, CpuWna16, Marlin, Machete, Gather)
 }
 
 
@@ -511,7 +747,8 @@ _check_cache: dict[tuple[Any, ...], tuple[Any, torch.Tensor]] = {}
 
 def check_inputs(case: Case, device: torch.device) -> tuple[Any, torch.Tensor]:
     """A fresh set (random zero codes when asymmetric) and its fp64
-    reference, cached per case so every implementation sees the same."""
+    reference (with the case's g_idx when act-order), cached per case so
+    every implementation sees the same."""
     key = tuple(sorted(case.items())) + (str(device),)
     if key not in _check_cache:
         _check_cache.clear()
@@ -522,7 +759,12 @@ def check_inputs(case: Case, device: torch.device) -> tuple[Any, torch.Tensor]:
                 torch.randint(0, 16, s.zeros.shape, generator=gen, device=device)
             )
         ref = R.w4a16_gemm_ref(
-            s.a, codes_of(s, case["k"]), s.scales, zero_codes(s), case["group"]
+            s.a,
+            codes_of(s, case["k"]),
+            s.scales,
+            zero_codes(s),
+            case["group"],
+            g_idx=case_g_idx(case, device),
         )
         _check_cache[key] = (s, ref)
     return _check_cache[key]
@@ -548,36 +790,92 @@ def check(
 # Targets
 # ---------------------------------------------------------------------------
 
+
+def plain(c: Case) -> bool:
+    """Plain order: the targets below are defined there (mm, tinygemm and
+    vLLM-CPU have no act-order); act-order has its own, relative to plain."""
+    return c["op"] == OP
+
+
+ACT_BAND = 1.03
+
+
+@dataclass(frozen=True)
+class ActOrderVsPlain:
+    """ours' act-order time <= band x ours' plain time of the same case (dtype,
+    zp, group, shape, M); the gather's share of ours in the detail."""
+
+    target: str
+    band: float
+
+    def evaluate(self, ctx: T.Context) -> dict[str, Any]:
+        fails, n, shares = [], 0, []
+        for case, by in ctx.items():
+            o = by.get("ours")
+            if not is_act(case) or not o or o.get("median_us") is None:
+                continue
+            p = (ctx.find({**case, "op": OP}) or {}).get("ours")
+            if not p or p.get("median_us") is None:
+                continue
+            n += 1
+            g = by.get("gather")
+            if g and g["status"] == "ok" and g.get("median_us"):
+                shares.append(g["median_us"] / o["median_us"] * 100.0)
+            ratio = o["median_us"] / p["median_us"]
+            if o["status"] != "ok" or p["status"] != "ok" or ratio > self.band:
+                fails.append(
+                    f"{ctx.label(case)}: {o['median_us']:.2f} vs plain "
+                    f"{p['median_us']:.2f} ({(ratio - 1) * 100:+.1f}%)"
+                )
+        detail = f"{n - len(fails)}/{n} cases pass"
+        if shares:
+            detail += (
+                f"; the gather alone is {min(shares):.1f}-{max(shares):.1f}% of "
+                "ours' act-order time"
+            )
+        if fails:
+            detail += "; " + "; ".join(fails[:10])
+        status = "FAIL" if fails else ("PASS" if n else "N/A")
+        return {"target": self.target, "status": status, "detail": detail}
+
+
+ACT_TARGET = ActOrderVsPlain(
+    f"act-order: ours within {(ACT_BAND - 1) * 100:.0f}% of plain order "
+    "(same dtype, zp, group, shape, M)",
+    band=ACT_BAND,
+)
+
 GPU_TARGETS: tuple[T.Target, ...] = (
     T.PctFloorAtLeast(
         "M <= 16: >= 80% of the weight-bytes floor's bandwidth",
         pct=80.0,
-        where=lambda c: c["m"] <= 16,
+        where=lambda c: plain(c) and c["m"] <= 16,
     ),
     T.SpeedupWhere(
         "M <= 16: faster than Marlin and Machete at every shape",
         others=("marlin", "machete"),
         factor=1.0,
-        where=lambda c: c["m"] <= 16,
+        where=lambda c: plain(c) and c["m"] <= 16,
     ),
     T.SpeedupWhere(
         "M = 64: >= 1.5x cuBLAS bf16",
         others=("mm",),
         factor=1.5,
-        where=lambda c: c["m"] == 64,
+        where=lambda c: plain(c) and c["m"] == 64,
     ),
     T.SpeedupWhere(
         "M = 256: not slower than cuBLAS bf16",
         others=("mm",),
         factor=1.0,
-        where=lambda c: c["m"] == 256,
+        where=lambda c: plain(c) and c["m"] == 256,
     ),
     T.SpeedupWhere(
         "M >= 1024: within 5% of cuBLAS bf16 or faster",
         others=("mm",),
         factor=1 / 1.05,
-        where=lambda c: c["m"] >= 1024,
+        where=lambda c: plain(c) and c["m"] >= 1024,
     ),
+    ACT_TARGET,
 )
 
 CPU_SPEEDUP_VS_VLLM = 1.2
@@ -587,15 +885,16 @@ CPU_TARGETS: tuple[T.Target, ...] = (
         f"CPU M = 1 and 32: ours >= {CPU_SPEEDUP_VS_VLLM}x vLLM-CPU cpu_gemm_wna16",
         others=("cpu_wna16",),
         factor=CPU_SPEEDUP_VS_VLLM,
-        where=lambda c: c["m"] in (1, 32),
+        where=lambda c: plain(c) and c["m"] in (1, 32),
     ),
     T.MetricAtLeast(
         f"CPU M = 1: >= {CPU_PCT_MEMCPY:.0f}% of the measured memcpy bandwidth "
         "(bytes ~ weight bytes at M = 1)",
         metric="pct_ceiling",
         value=CPU_PCT_MEMCPY,
-        where=lambda c: c["m"] == 1,
+        where=lambda c: plain(c) and c["m"] == 1,
     ),
+    ACT_TARGET,
 )
 
 
@@ -645,9 +944,18 @@ def zp_list(s: str) -> list[str]:
     return zps
 
 
+def order_list(s: str) -> list[str]:
+    orders = [o.strip() for o in s.split(",") if o.strip()]
+    bad = [o for o in orders if o not in ORDERS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad} not in {ORDERS}")
+    return orders
+
+
 def label(c: Case) -> str:
     g = "ch" if c["group"] == -1 else f"g{c['group']}"
-    return f"{c['dtype']} {c['zp']} {g} M={c['m']} {c['n']}x{c['k']}"
+    act = " act" if is_act(c) else ""
+    return f"{c['dtype']} {c['zp']}{act} {g} M={c['m']} {c['n']}x{c['k']}"
 
 
 class W4A16Benchmark(Benchmark):
@@ -661,19 +969,25 @@ class W4A16Benchmark(Benchmark):
     gpu_targets = GPU_TARGETS
     cpu_targets = CPU_TARGETS
     cpu_default_impls = CPU_DEFAULT_IMPLS
-    plot_panel_fields = ("dtype", "zp", "group")
+    plot_panel_fields = ("dtype", "zp", "group", "op")
     plot_shape_fields = ("n", "k", "m")
     compute_ceiling_dtype = torch.bfloat16  # the tensor-core (CPU: AMX/AVX-512) roof
     detail_columns = (
         Column("dtype", 5, "<", lambda c: c["dtype"]),
         Column("zp", 4, "<", lambda c: c["zp"]),
+        Column("order", 5, "<", order_of),
         Column("group", 5, ">", lambda c: str(c["group"])),
         Column("N", 6, ">", lambda c: str(c["n"])),
         Column("K", 6, ">", lambda c: str(c["k"])),
         Column("M", 5, ">", lambda c: str(c["m"])),
     )
     summary_columns = (
-        Column("case", 12, "<", lambda c: f"{c['dtype']} {c['zp']} {c['group']}"),
+        Column(
+            "case",
+            16,
+            "<",
+            lambda c: f"{c['dtype']} {c['zp']}{' act' if is_act(c) else ''} {c['group']}",
+        ),
         Column("NxK", 11, ">", lambda c: f"{c['n']}x{c['k']}"),
         Column("M", 5, ">", lambda c: str(c["m"])),
     )
@@ -709,6 +1023,14 @@ class W4A16Benchmark(Benchmark):
             help="comma list of sym (zero 8, as GPTQ) and asym (zero points)",
         )
         ap.add_argument(
+            "--order",
+            type=order_list,
+            default=["plain"],
+            help="comma list of plain (g_idx k // group) and act (GPTQ desc_act: "
+            "a permuted g_idx; ours gathers the activation's columns, as served; "
+            "adds the 'gather' implementation; group -1 has no act-order)",
+        )
+        ap.add_argument(
             "--vllm-lib",
             default=None,
             help="path of vLLM's kernel library (_C_stable_libtorch.abi3.so) to load with "
@@ -730,16 +1052,30 @@ class W4A16Benchmark(Benchmark):
         bad_m = [m for m in args.m if m < 1]
         if bad_m:
             raise SystemExit(f"--m: {bad_m}: M must be >= 1 to be timed")
+        if args.order == ["act"] and args.group == [-1]:
+            raise SystemExit("--order act: group -1 (one group) has no act-order")
+        if not args.impls and "act" not in args.order:
+            # The default implementations, without the act-order-only gather.
+            names = (
+                CPU_DEFAULT_IMPLS
+                if device.type == "cpu" and not args.dry_run
+                else tuple(IMPL_CLASSES)
+            )
+            args.impls = ",".join(n for n in names if n != "gather")
         self.load_at_start = timing.load_average()
 
     def cases(self, args):
+        # Orders innermost: a case's plain and act-order runs are timed one
+        # after the other (the act-order target compares them).
         return [
-            {"op": OP, "dtype": d, "zp": zp, "group": g, "n": n, "k": k, "m": m}
+            {"op": op, "dtype": d, "zp": zp, "group": g, "n": n, "k": k, "m": m}
             for d in args.dtypes
             for zp in args.zp
             for g in args.group
             for n, k in args.nk
             for m in args.m
+            for op in (OP if o == "plain" else OP_ACT for o in args.order)
+            if not (op == OP_ACT and g == -1)
         ]
 
     def case_label(self, case):
@@ -755,7 +1091,7 @@ class W4A16Benchmark(Benchmark):
         return case_bytes(case)
 
     def flops(self, case):
-        return roofline.flops_done(OP, m=case["m"], n=case["n"], k=case["k"])
+        return roofline.flops_done(case["op"], m=case["m"], n=case["n"], k=case["k"])
 
     def config(self, args):
         return {
@@ -765,6 +1101,8 @@ class W4A16Benchmark(Benchmark):
             "nk": [list(x) for x in args.nk],
             "group": args.group,
             "zp": args.zp,
+            "order": args.order,
+            "act_order_seed": ACT_ORDER_SEED if "act" in args.order else None,
             # A shared 2-core box: CPU numbers mean little without the load.
             "load_avg_1_5_15_start": getattr(self, "load_at_start", None),
             "load_avg_1_5_15_end": timing.load_average(),

@@ -305,3 +305,200 @@ def test_vllm_cpu_anchor_agrees_with_reference() -> None:
     # up front instead of failing inside vLLM.
     with pytest.raises(B.Unavailable, match="partial"):
         impl.make(case(m=1, n=576, k=576, group=128))
+
+
+# ---------------------------------------------------------------------------
+# Act-order (GPTQ desc_act) cases
+# ---------------------------------------------------------------------------
+
+
+def act_case(**kw):
+    return case(op=B.OP_ACT, **kw)
+
+
+def ours_or_skip(args):
+    impl = B.IMPL_CLASSES["ours"](args, torch.device("cpu"))
+    ok, why = impl.availability()
+    if not ok:
+        pytest.skip(why)
+    return impl
+
+
+@pytest.mark.parametrize("k, group", [(512, 64), (576, 128), (200, 32)])
+def test_act_order_g_idx_is_gptq_desc_act(k, group) -> None:
+    from vllm_myops.quantization import reference as R
+
+    g_idx = B.act_order_g_idx(k, group)
+    assert g_idx.dtype == torch.int32 and g_idx.shape == (k,)
+    assert torch.equal(g_idx, B.act_order_g_idx(k, group))  # fixed seed
+    # Non-monotonic group ids, each group group_size rows (the last the rest).
+    assert bool((g_idx[1:] < g_idx[:-1]).any())
+    counts = torch.bincount(g_idx.long()).tolist()
+    assert counts == [group] * (k // group) + ([k % group] if k % group else [])
+    # The served layer's permutation makes the groups contiguous.
+    perm = B.served_perm(act_case(m=1, n=64, k=k, group=group), "cpu")
+    assert torch.equal(perm, R.act_order_perm(g_idx, k, group))
+    assert torch.equal(g_idx[perm.long()], R.default_g_idx(k, group))
+
+
+def test_act_order_bytes_add_the_permutation() -> None:
+    plain, act = case(m=16, n=4096, k=14336), act_case(m=16, n=4096, k=14336)
+    assert B.BENCHMARK.bytes(act) == B.BENCHMARK.bytes(plain) + 4 * 14336
+    assert B.BENCHMARK.flops(act) == B.BENCHMARK.flops(plain)
+
+
+def test_cli_order() -> None:
+    args = parse("--nk", "64x256", "--m", "1,7", "--group=-1,64")
+    assert args.order == ["plain"]
+    assert {c["op"] for c in B.BENCHMARK.cases(args)} == {B.OP}
+    # Without act-order the default implementations leave the gather out.
+    assert "gather" not in args.impls.split(",")
+    args = parse("--nk", "64x256", "--m", "1,7", "--group=-1,64", "--order=plain,act")
+    cases = B.BENCHMARK.cases(args)
+    # Group -1 (one group) has no act-order: 2 M x (2 plain + 1 act).
+    assert len(cases) == 6
+    acts = [c for c in cases if B.is_act(c)]
+    assert {c["group"] for c in acts} == {64}
+    # A case's plain and act-order runs are adjacent (timed back to back).
+    i = cases.index(acts[0])
+    assert cases[i - 1] == {**acts[0], "op": B.OP}
+    assert " act " in B.label(acts[0]) and " act " not in B.label(cases[i - 1])
+    assert args.impls is None  # the CPU defaults, gather included
+    assert "gather" in B.CPU_DEFAULT_IMPLS
+    with pytest.raises(SystemExit, match="act-order"):
+        parse("--order", "act", "--group=-1")
+
+
+def test_cli_rejects_bad_order(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse_args(B.BENCHMARK, ["--order", "desc"], "")
+    assert "desc" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("zp", ["sym", "asym"])
+def test_ours_act_order_agrees_with_reference_and_a_wrong_perm_fails(zp) -> None:
+    args = parse("--device", "cpu")
+    impl = ours_or_skip(args)
+    c = act_case(m=5, n=64, k=512, group=64, zp=zp)
+    ok, why, _ = B.check(impl.make(c), c, torch.device("cpu"))
+    assert ok, why
+    # The check would see a wrong permutation: the same layer with the
+    # gather left out, or with another order of the columns.
+    s, ref = B.check_inputs(c, torch.device("cpu"))
+    plain_ref = B.R.w4a16_gemm_ref(
+        s.a, B.codes_of(s, 512), s.scales, B.zero_codes(s), 64
+    )
+    assert not torch.allclose(ref.float(), plain_ref.float(), atol=0.1)
+    for wrong in (None, "flip", "plain"):
+        layer = impl.convert(s, c)
+        if wrong == "flip":
+            layer.w4a16_perm.data = layer.w4a16_perm.data.flip(0).contiguous()
+        elif wrong == "plain":
+            layer.w4a16_perm.data = torch.arange(512, dtype=torch.int32)
+        else:
+            layer.w4a16_perm = None
+        bad = B.check(
+            lambda s, layer=layer: impl.call(s, layer, c), c, torch.device("cpu")
+        )
+        assert not bad[0], wrong
+
+
+def test_ours_act_order_prepare_gives_every_set_its_own_layer() -> None:
+    args = parse("--device", "cpu")
+    impl = ours_or_skip(args)
+    c = act_case(m=2, n=64, k=256, group=64)
+    sets = timing.alloc_sets(B.set_specs(c), 3, "cpu")
+    impl.prepare(c, sets)
+    layers = [s.__dict__[impl.key] for s in sets]
+    for name in ("w4a16_packed", "scales", "w4a16_perm"):
+        assert len({getattr(x, name).data_ptr() for x in layers}) == 3, name
+    out = impl.make(c)(sets[2])
+    assert out.shape == (2, 64)
+    impl.release(sets)
+
+
+def test_gather_and_anchors_by_order() -> None:
+    args = parse("--device", "cpu")
+    gather = B.IMPL_CLASSES["gather"](args, torch.device("cpu"))
+    c = act_case(m=3, n=64, k=256, group=64)
+    s = timing.alloc_sets(B.set_specs(c), 1, "cpu")[0]
+    perm = B.served_perm(c, "cpu").long()
+    assert torch.equal(gather.make(c)(s), s.a[:, perm])
+    with pytest.raises(B.Unavailable, match="plain"):
+        gather.make(case(m=3, n=64, k=256, group=64))
+    for name in ("mm", "tinygemm", "cpu_wna16"):
+        impl = B.IMPL_CLASSES[name](args, torch.device("cpu"))
+        with pytest.raises(B.Unavailable, match="act-order"):
+            impl.make(c)
+    floor = B.IMPL_CLASSES["floor"](args, torch.device("cpu"))
+    src, dst = floor.convert(s, c)
+    assert (src.numel() + dst.numel()) * 4 == s.qweight.numel() * 4 + 4 * 256
+
+
+def test_act_order_target() -> None:
+    t = B.ACT_TARGET
+
+    def recs(act_us, plain_us=10.0, gather_us=0.2):
+        return [
+            rec("ours", plain_us),
+            {**rec("ours", act_us), "op": B.OP_ACT},
+            {**rec("gather", gather_us), "op": B.OP_ACT},
+        ]
+
+    v = verdict(recs(10.2), t)
+    assert v["status"] == "PASS" and "2.0-2.0%" in v["detail"]
+    assert verdict(recs(10.5), t)["status"] == "FAIL"
+    assert verdict([rec("ours", 10.0)], t)["status"] == "N/A"
+    # The anchor targets are for plain cases only.
+    m = B.GPU_TARGETS[1]
+    act_only = [
+        {**rec("ours", 5.0), "op": B.OP_ACT},
+        {**rec("marlin", 1.0), "op": B.OP_ACT},
+    ]
+    assert verdict(act_only, m)["status"] == "N/A"
+
+
+def test_tiny_cpu_run_with_act_order(tmp_path) -> None:
+    args = parse("--device", "cpu")
+    ours_or_skip(args)
+    out = tmp_path / "w4a16_act.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.kernels.benchmark_w4a16",
+            "--device=cpu",
+            "--impls=floor,ours,mm,gather",
+            "--nk=64x256",
+            "--m=1,4",
+            "--group=64",
+            "--order=plain,act",
+            "--target-s=0.02",
+            "--max-sets=16",
+            "--threads=1",
+            f"--save={out}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = results.load_results(out)
+    assert doc["config"]["order"] == ["plain", "act"]
+    recs = doc["records"]
+    assert len(recs) == 2 * 2 * 4  # order x M x impls
+    by = {(r["op"], r["m"], r["impl"]): r for r in recs}
+    for m in (1, 4):
+        plain, act = (B.OP, m), (B.OP_ACT, m)
+        assert by[(*act, "ours")]["status"] == "ok"  # checked vs the g_idx reference
+        assert by[(*act, "ours")]["max_abs_err"] is not None
+        assert by[(*act, "gather")]["status"] == "ok"
+        assert by[(*act, "mm")]["status"] == "missing"
+        assert by[(*plain, "mm")]["status"] == "ok"
+        assert by[(*plain, "gather")]["status"] == "missing"
+        assert by[(*act, "ours")]["bytes"] == by[(*plain, "ours")]["bytes"] + 4 * 256
+        # Plain records keep the fields they had before the option.
+        assert "order" not in by[(*plain, "ours")]
+    targets = {v["target"]: v for v in doc["verdicts"]}
+    assert targets[B.ACT_TARGET.target]["status"] in ("PASS", "FAIL")

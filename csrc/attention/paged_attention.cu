@@ -55,7 +55,9 @@
 //   (paged_attention_prefill_m128.cu: 128 rows per CTA, 32 per warp, same
 //   rows, masks and clamps; prefill_m128_by_default in plan.cuh), and
 //   VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128 forces one (m128: D 64 /
-//   128).
+//   128). =wgmma forces prefill_wgmma (sm90a/attention_prefill_wgmma.cu:
+//   FlashAttention-3-style warp-specialized wgmma kernel, sm_90a, D 64 /
+//   128; auto never chooses it yet).
 // * Q stays in registers for D <= 128, is re-read from shared memory per tile
 //   for D = 256 (register budget: the D = 256 accumulator alone is 128 fp32
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
@@ -158,6 +160,18 @@ int decode_ctas_per_sm() {
   return ctas;
 }
 
+// Whether prefill_wgmma can run here: a build with the sm_90a kernels on a
+// device of compute capability 9.0 (the current device's properties are
+// cached by torch).
+bool prefill_wgmma_available() {
+#if defined(VLLM_MYOPS_WITH_SM90A)
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  return prop->major == 9 && prop->minor == 0;
+#else
+  return false;
+#endif
+}
+
 template <typename T, int D>
 void run_attention(const Params& base, const attention::AttentionShape& sh,
                    int64_t max_query_len, int64_t max_seq_len,
@@ -202,16 +216,31 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     // prefill_m128 folds the scale into its exponent after the row max:
     // scale > 0 only.
     const PrefillPath path = prefill_path();
+    // Forced wgmma where it cannot run falls back to auto's choice.
+    const bool wgmma = path == PrefillPath::kWgmma &&
+                       prefill_wgmma_supports(D) && p.scale_log2 > 0.f &&
+                       prefill_wgmma_available();
     const bool want_m128 = path == PrefillPath::kM128 ||
-                           (path == PrefillPath::kAuto &&
+                           (path != PrefillPath::kM64 &&
                             prefill_m128_by_default(D, max_query_len));
     const bool m128 =
-        want_m128 && prefill_m128_supports(D) && p.scale_log2 > 0.f;
-    const int rows = m128 ? kPrefillM128Rows : kPrefillM64Rows;
+        !wgmma && want_m128 && prefill_m128_supports(D) && p.scale_log2 > 0.f;
+    const int rows = wgmma  ? kPrefillWgmmaRows
+                     : m128 ? kPrefillM128Rows
+                            : kPrefillM64Rows;
     const int64_t row_tiles = (max_query_len * g + rows - 1) / rows;
     TORCH_CHECK(row_tiles <= 65535, "paged_attention: max_query_len * ",
                 "num_heads / num_kv_heads must be <= ", 65535 * rows,
                 " on CUDA, got ", max_query_len * g);
+#if defined(VLLM_MYOPS_WITH_SM90A)
+    if constexpr (prefill_wgmma_supports(D)) {
+      if (wgmma) {
+        launch_prefill_wgmma<T, D>(p, sh.num_seqs, sh.num_kv_heads, row_tiles,
+                                   stream);
+        return;
+      }
+    }
+#endif
     if constexpr (prefill_m128_supports(D)) {
       if (m128) {
         launch_prefill_m128<T, D>(p, sh.num_seqs, sh.num_kv_heads, row_tiles,

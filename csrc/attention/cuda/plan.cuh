@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Host-side plan of a paged_attention call on CUDA: how many splits the
-// decode_split kernel takes, and which prefill kernel runs (prefill_m64 or
-// prefill_m128), forced per process by VLLM_MYOPS_ATTENTION_CUDA_PREFILL.
-// Also declares the launcher of prefill_m128, which its own translation
-// unit (paged_attention_prefill_m128.cu) defines.
+// decode_split kernel takes, and which prefill kernel runs (prefill_m64,
+// prefill_m128 or prefill_wgmma), forced per process by
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL. Also declares the launchers of
+// prefill_m128 and prefill_wgmma, which their own translation units
+// (paged_attention_prefill_m128.cu, sm90a/attention_prefill_wgmma.cu)
+// define.
 #pragma once
 
 #include <algorithm>
@@ -46,20 +48,34 @@ inline int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
 }
 
 // The prefill kernel: prefill_m64 (64 rows per CTA, 16 per warp, any head
-// dim) or prefill_m128 (128 rows per CTA, 32 per warp, D 64 / 128 only;
-// D = 256 always runs prefill_m64). Forced per process by
-// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128 (read once); unset or "auto"
-// chooses by head dim and query length (prefill_m128_by_default).
-// prefill_m128 needs scale > 0; other scales run prefill_m64 too. Any other
-// value is refused, naming the variable and the values it takes.
-enum class PrefillPath { kAuto, kM64, kM128 };
+// dim), prefill_m128 (128 rows per CTA, 32 per warp, D 64 / 128 only; D =
+// 256 always runs prefill_m64) or prefill_wgmma (128 rows per CTA, two
+// consumer warpgroups on wgmma, sm_90a, D 64 / 128). Forced per process by
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma (read once); unset or
+// "auto" chooses between m64 and m128 by head dim and query length
+// (prefill_m128_by_default): auto never takes wgmma, which has not been
+// measured yet. prefill_m128 and prefill_wgmma need scale > 0; other
+// scales run prefill_m64. Forced wgmma where it cannot run (a build
+// without sm_90a, a device other than compute capability 9.0, D = 256)
+// runs what auto would choose, as forced m128 at D = 256 runs prefill_m64.
+// Any other value is refused, naming the variable and the values it takes.
+enum class PrefillPath { kAuto, kM64, kM128, kWgmma };
 
 inline PrefillPath prefill_path() {
   static const PrefillPath path =
       env::choice("VLLM_MYOPS_ATTENTION_CUDA_PREFILL", PrefillPath::kAuto,
-                  {{"m64", PrefillPath::kM64}, {"m128", PrefillPath::kM128}});
+                  {{"m64", PrefillPath::kM64},
+                   {"m128", PrefillPath::kM128},
+                   {"wgmma", PrefillPath::kWgmma}});
   return path;
 }
+
+// Head dims prefill_wgmma is built for, and its rows per CTA (the row
+// tiles the grid counts; PrefillWgmmaTraits::kRows).
+constexpr bool prefill_wgmma_supports(int64_t head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
+constexpr int kPrefillWgmmaRows = 128;
 
 // "auto": prefill_m128 for D = 128 from 1024 query tokens. It launches half
 // the CTAs of prefill_m64: it pays where there are rows enough to fill the
@@ -77,5 +93,14 @@ template <typename T, int D>
 void launch_prefill_m128(const Params& p, int64_t num_seqs,
                          int64_t num_kv_heads, int64_t row_tiles,
                          cudaStream_t stream);
+
+// Launches prefill_wgmma on grid (num_seqs, num_kv_heads, row_tiles) (row
+// tiles of kPrefillWgmmaRows) and checks the launch; defined only in builds
+// with sm_90a (VLLM_MYOPS_WITH_SM90A), and the caller must be on a device
+// of compute capability 9.0. T: __half or __nv_bfloat16; D: 64 or 128.
+template <typename T, int D>
+void launch_prefill_wgmma(const Params& p, int64_t num_seqs,
+                          int64_t num_kv_heads, int64_t row_tiles,
+                          cudaStream_t stream);
 
 }  // namespace vllm_myops::attention_cuda

@@ -17,9 +17,10 @@ the device-parametrized tests in test_paged_attention.py do not reach:
 - paged_kv_write: a slot past the cache is skipped (CPU raises; CUDA cannot
   check without a device->host copy), unaligned key rows;
 - the prefill kernels' tile edges (row tiles of 64 / 128 packed (token, q
-  head) rows, 64-token KV tiles, block sizes below, at and above a tile),
-  and each prefill kernel (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128) on
-  every prefill test, rerun in a subprocess.
+  head) rows, 64-token KV tiles (128 for prefill_wgmma), block sizes below,
+  at and above a tile), and each prefill kernel
+  (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128 / wgmma) on every prefill
+  test, rerun in a subprocess.
 """
 
 from __future__ import annotations
@@ -327,9 +328,11 @@ def test_kv_write_unaligned_rows(device: str) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The prefill kernels: prefill_m64 (64 rows per CTA, 16 per warp) and
+# The prefill kernels: prefill_m64 (64 rows per CTA, 16 per warp),
 # prefill_m128 (128 rows per CTA, 32 per warp; D 64 / 128, scale > 0; D 256
-# always prefill_m64).
+# always prefill_m64) and prefill_wgmma (sm_90a: 128 rows per CTA, two
+# consumer warpgroups, 128-token KV tiles; D 64 / 128, scale > 0; elsewhere
+# forcing it runs auto's choice).
 # VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces one per process.
 # ---------------------------------------------------------------------------
 # (heads, head_dim, block_size, dtype): G = 1, 3, 4, 8; block sizes below a
@@ -454,7 +457,7 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 # Every value VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces (also read by
 # tools/gpu/device_session.sh's `paths` stage).
-PREFILL_PATHS = ("m64", "m128")
+PREFILL_PATHS = ("m64", "m128", "wgmma")
 
 
 @needs_cuda
@@ -463,8 +466,10 @@ PREFILL_PATHS = ("m64", "m128")
 def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
     """m64: the 64-row prefill kernel (prefill_m64) at every head dim; m128:
     the 128-row one (prefill_m128) at D 64 / 128 (D 256 runs prefill_m64
-    under every value). The default run covers
-    only the default path; these reruns hold both to the same fp64
+    under every value); wgmma: the sm_90a wgmma kernel (prefill_wgmma) at
+    D 64 / 128 on a compute capability 9.0 device (elsewhere auto's
+    choice). The default run covers
+    only the default path; these reruns hold each to the same fp64
     reference and tolerance on every test with prefill rows."""
     common = " or ".join(PREFILL_PATH_TESTS_COMMON)
     graphs = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1"

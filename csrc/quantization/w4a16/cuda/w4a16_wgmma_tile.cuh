@@ -165,9 +165,9 @@ __device__ __forceinline__ void dequant_tile(const GemmArgs& p,
   // Groups of 64 rows or more cover the whole k-tile (load_tile_groups
   // then holds one group twice): convert it once.
   const RowGroups rg0 = row_groups<T>(p, gr[0], warp, lane);
-  const RowGroups rg[2] = {
-      rg0, p.group_size < layout::kTileK ? row_groups<T>(p, gr[1], warp, lane)
-                                         : rg0};
+  const RowGroups rg[2] = {rg0, p.group_size < layout::kTileK
+                                    ? row_groups<T>(p, gr[1], warp, lane)
+                                    : rg0};
   if (load_next) {
     w4a16::tc_gemm::load_tile_groups<2>(p, kt + 1, 0, n0, lane, gr);
   }

@@ -14,10 +14,10 @@
 //   contiguous in global memory), all completing on the stage's `full`
 //   mbarrier with their byte count.
 // - The consumer warpgroups wait on `full`, never on each other: no block
-//   barrier in the mainloop. Every consumer thread releases a stage (one
-//   arrival on its `empty` mbarrier) after the wgmma that read its
-//   activations completed; its weight words were read (dequantized) one
-//   k-tile earlier.
+//   barrier in the mainloop. A warpgroup releases a stage (one arrival on
+//   its `empty` mbarrier, after a named barrier of its 128 threads) once the
+//   wgmma that read its activations completed; its weight words were read
+//   (dequantized) one k-tile earlier.
 // - Per k-tile i the consumers issue wgmma(i) on the fragments dequantized
 //   in the previous iteration, wait for stage i + 1 and dequantize it under
 //   the wgmma, then wait for wgmma(i) and release stage i.
@@ -53,7 +53,6 @@ using dev::GroupRaw;
 using tile::kTileBytes;
 
 constexpr int kConsumerWarps = 4 * kWarpgroups;
-constexpr int kConsumerThreads = 32 * kConsumerWarps;
 constexpr int kTmaThreads = 32 * (kConsumerWarps + 1);
 constexpr int kTileQuads = layout::kTileWords / 4;
 
@@ -138,7 +137,7 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       sm90::mbar_init(&full[s], 1);  // the producer's arrive_expect_tx
-      sm90::mbar_init(&empty[s], kConsumerThreads);
+      sm90::mbar_init(&empty[s], kWarpgroups);
     }
     sm90::fence_barrier_init();
   }
@@ -191,10 +190,11 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
       for (int u = 0; u < C::kSub; ++u) sm90::fence_operands(acc[u]);
 #pragma unroll
       for (int st = 0; st < layout::kSteps; ++st) sm90::fence_operands(a[st]);
-      // Every consumer thread arrives after its own reads of the stage (its
-      // weight words and, through the completed wgmma, the activations):
-      // each read is ordered before the refill by that thread's release.
-      sm90::mbar_arrive(&empty[s]);
+      // The warpgroup's reads of the stage (every lane's weight words, the
+      // completed wgmma's activations) end at its named barrier; then one
+      // thread's release orders them all before the refill.
+      sm90::named_barrier_sync(1 + wg, 128);
+      if (warp == 0 && lane == 0) sm90::mbar_arrive(&empty[s]);
       if (i + 1 < count) {
 #pragma unroll
         for (int st = 0; st < layout::kSteps; ++st)

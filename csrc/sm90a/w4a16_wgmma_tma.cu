@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // W4A16 GEMM on Hopper wgmma, warp-specialized (sm_90a): the kernel of path
-// "wgmma_tma". Same problem, tiles and math as w4a16_wgmma.cu
-// (out^T = W^T a^T, cuda/w4a16_wgmma.h; fragments, dequant and epilogue from
-// cuda/w4a16_wgmma_tile.cuh); what differs is how a stage reaches shared
-// memory and who waits for it:
+// "wgmma_tma", out^T = W^T a^T (cuda/w4a16_wgmma.h says why; fragments,
+// dequant, the wgmma k-tile and the epilogue are cuda/w4a16_wgmma_tile.cuh).
+// Tiles: two consumer warpgroups, one 64-column layout n-tile each; token
+// tiles of 16 / 32 / 64 / 128 (wgmma's N side); 64 k per stage.
 //
 // - A producer warp (warp 4 kWarpgroups, after the consumer warpgroups) fills
 //   kStages stages: one elected lane per k-tile issues the activation tile by
@@ -44,7 +44,7 @@
 #include "quantization/w4a16/cuda/w4a16_wgmma.h"
 #include "quantization/w4a16/cuda/w4a16_wgmma_tile.cuh"
 
-namespace vllm_myops::w4a16::wgmma::tma {
+namespace vllm_myops::w4a16::wgmma {
 namespace {
 
 namespace layout = cuda_layout;
@@ -56,8 +56,8 @@ constexpr int kConsumerWarps = 4 * kWarpgroups;
 constexpr int kTmaThreads = 32 * (kConsumerWarps + 1);
 constexpr int kTileQuads = layout::kTileWords / 4;
 
-// Stages as the all-threads kernel: at least ~24 KB of weight tiles in
-// flight per block at the small token tiles, fewer at the large ones, where
+// Stages: at least ~24 KB of weight tiles in flight per block at the small
+// token tiles, fewer at the large ones, where
 // the activation tile dominates a stage. Two resident blocks where the
 // registers allow (one block's epilogue and pipeline fill run beside the
 // other's mainloop); the 128-token tile needs more than two blocks' share
@@ -306,4 +306,4 @@ void launch(const GemmArgs& args, bool is_half, cudaStream_t stream) {
   }
 }
 
-}  // namespace vllm_myops::w4a16::wgmma::tma
+}  // namespace vllm_myops::w4a16::wgmma

@@ -37,9 +37,9 @@ def test_one_rerun_per_forced_value_with_every_named_test():
 
 
 def test_only_selects_reruns_and_refuses_unknown_names(capsys):
-    assert pr.main(["--dry-run", "--only", "w4a16_wgmma,prefill_m64"]) == 0
+    assert pr.main(["--dry-run", "--only", "w4a16_wgmma_tma,prefill_m64"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [ln.split(":")[0] for ln in lines] == ["w4a16_wgmma", "prefill_m64"]
+    assert [ln.split(":")[0] for ln in lines] == ["w4a16_wgmma_tma", "prefill_m64"]
     with pytest.raises(SystemExit) as e:
         pr.main(["--dry-run", "--only", "w4a16_nope"])
     assert e.value.code == 2

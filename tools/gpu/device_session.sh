@@ -29,7 +29,7 @@
 #   bench_w4a16  python -m benchmarks.kernels.benchmark_w4a16 --device cuda, bf16, the GPU
 #             preset; Marlin/Machete once vLLM's tree (serve parts 1-3) is unpacked (BENCH_W4A16_ARGS="...")
 #   bench_w4a16_paths  the same benchmark once per forced path of BENCH_W4A16_PATHS
-#             (default "wgmma"), ours and the floor only, one process each (the path
+#             (default "wgmma_tma"), ours and the floor only, one process each (the path
 #             is read once per process) -> bench_w4a16_<path>.json; beside a
 #             bench_w4a16 of the same call it is the A/B against auto and the anchors
 #   profile   ncu --clock-control none over our kernels for a few shapes; compact table
@@ -403,7 +403,7 @@ stage_bench_w4a16() {
 
 stage_bench_w4a16_paths() {
   local b=$1 path paths
-  read -r -a paths <<<"${BENCH_W4A16_PATHS:-wgmma}"
+  read -r -a paths <<<"${BENCH_W4A16_PATHS:-wgmma_tma}"
   for path in "${paths[@]}"; do
     # shellcheck disable=SC2086
     VLLM_MYOPS_W4A16_CUDA_PATH="$path" bench_common "bench_w4a16_$path" \

@@ -13,8 +13,8 @@
 //   cuda/w4a16_tc_gemm.cuh        w4a16_tc_kernel ("tc", M < 160)
 //   cuda/w4a16_dequant.cuh        w4a16_dequant_kernel (then cuBLAS)
 //   cuda/w4a16_splitk_reduce.cuh  the split-K second pass
-//   cuda/w4a16_wgmma.h            the Hopper kernel ("wgmma"; its code is
-//                                 csrc/sm90a/w4a16_wgmma.cu, sm_90a only)
+//   cuda/w4a16_wgmma.h            the Hopper kernel ("wgmma_tma"; its code is
+//                                 csrc/sm90a/w4a16_wgmma_tma.cu, sm_90a only)
 //
 // Weight layout: b_packed tiles as arranged by w4a16_repack.cu
 // (cuda/w4a16_layout.cuh): a warp's 16-byte load of k16 step s of a tile is
@@ -315,27 +315,26 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// ---- The Hopper paths (cuda/w4a16_wgmma.h) ----------------------------------
+// ---- The Hopper path (cuda/w4a16_wgmma.h) -----------------------------------
 // K splits by choose_wgmma_splits: only a grid under one wave is split, at
-// least one pipeline of k-tiles per split, the workspace kept small.
-// `tma`: the warp-specialized build, whose activation tensor map needs a
-// 16-byte aligned base and a row stride of a multiple of 8 elements; other
-// rows go through a copy that has them (M x K elements, small beside W).
+// least one pipeline of k-tiles per split, the workspace kept small. The
+// activation's tensor map needs a 16-byte aligned base and a row stride of a
+// multiple of 8 elements; other rows go through a copy that has them (M x K
+// elements, small beside W).
 template <typename T>
 void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
                     const at::Tensor& scales,
                     const std::optional<at::Tensor>& zeros,
                     const std::optional<at::Tensor>& bias,
-                    const w4a16::GemmShape& shape, int group_rows, bool tma,
+                    const w4a16::GemmShape& shape, int group_rows,
                     at::Tensor& out) {
 #if defined(VLLM_MYOPS_WITH_SM90A)
   namespace wg = w4a16::wgmma;
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  TORCH_CHECK(
-      prop->major == 9 && prop->minor == 0,
-      "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=", tma ? "wgmma_tma" : "wgmma",
-      " needs a GPU of compute capability 9.0 (this one is ", prop->major, ".",
-      prop->minor, ")");
+  TORCH_CHECK(prop->major == 9 && prop->minor == 0,
+              "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=wgmma_tma needs a GPU "
+              "of compute capability 9.0 (this one is ",
+              prop->major, ".", prop->minor, ")");
   constexpr bool kHalf = std::is_same_v<T, __half>;
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t token_tiles = w4a16::ceil_div(shape.m, wg::token_tile(shape.m));
@@ -345,38 +344,31 @@ void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
               " on the CUDA wgmma path (one grid row per ", wg::kBlockN,
               " columns)");
   at::Tensor a_in = a;
-  if (tma) {
-    const int64_t stride = shape.m > 1 ? a.stride(0) : shape.k;
-    if (!aligned16(a.data_ptr()) || stride % 8 != 0) {
-      const int64_t k8 = w4a16::ceil_div(shape.k, 8) * 8;
-      a_in = at::empty({shape.m, k8}, a.options()).narrow(1, 0, shape.k);
-      a_in.copy_(a);
-    }
+  const int64_t stride = shape.m > 1 ? a.stride(0) : shape.k;
+  if (!aligned16(a.data_ptr()) || stride % 8 != 0) {
+    const int64_t k8 = w4a16::ceil_div(shape.k, 8) * 8;
+    a_in = at::empty({shape.m, k8}, a.options()).narrow(1, 0, shape.k);
+    a_in.copy_(a);
   }
   const int k_tiles = static_cast<int>(shape.k_tiles);
   const int64_t slots = static_cast<int64_t>(prop->multiProcessorCount) *
-                        (tma ? wg::tma::resident_blocks(shape.m, kHalf)
-                             : wg::resident_blocks(shape.m, kHalf));
-  const int splits = choose_wgmma_splits(
-      token_tiles * col_blocks, k_tiles, slots,
-      tma ? wg::tma::stages(shape.m) : wg::stages(shape.m), shape.m * shape.n);
+                        wg::resident_blocks(shape.m, kHalf);
+  const int splits =
+      choose_wgmma_splits(token_tiles * col_blocks, k_tiles, slots,
+                          wg::stages(shape.m), shape.m * shape.n);
   SplitLaunch l = split_launch(a_in, b_packed, scales, zeros, bias, shape,
                                group_rows, splits, out);
-  if (tma) {
-    // One row: gemm_args gives it stride K, which the map never follows but
-    // must accept; K rounded up to 8 is K itself unless a_in is the copy,
-    // whose stride it is.
-    if (shape.m == 1) l.args.a_stride = w4a16::ceil_div(shape.k, 8) * 8;
-    wg::tma::launch(l.args, kHalf, stream);
-  } else {
-    wg::launch(l.args, kHalf, stream);
-  }
+  // One row: gemm_args gives it stride K, which the map never follows but
+  // must accept; K rounded up to 8 is K itself unless a_in is the copy,
+  // whose stride it is.
+  if (shape.m == 1) l.args.a_stride = w4a16::ceil_div(shape.k, 8) * 8;
+  wg::launch(l.args, kHalf, stream);
   if (l.args.splits > 1) reduce_splits<T>(l.args, out, stream);
 #else
-  TORCH_CHECK(false, "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=",
-              tma ? "wgmma_tma" : "wgmma",
-              " needs the sm_90a kernels, which this build does not have "
-              "(CUDA_ARCHS must include 9.0)");
+  TORCH_CHECK(false,
+              "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=wgmma_tma needs the "
+              "sm_90a kernels, which this build does not have (CUDA_ARCHS "
+              "must include 9.0)");
 #endif
 }
 
@@ -465,14 +457,13 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
     }
     return out;
   }
-  if (path == CudaPath::kWgmma || path == CudaPath::kWgmmaTma) {
-    const bool tma = path == CudaPath::kWgmmaTma;
+  if (path == CudaPath::kWgmmaTma) {
     if (is_half) {
       run_wgmma_gemm<__half>(a_rows, b_packed, scales, zeros, bias, shape,
-                             group_rows, tma, out);
+                             group_rows, out);
     } else {
       run_wgmma_gemm<__nv_bfloat16>(a_rows, b_packed, scales, zeros, bias,
-                                    shape, group_rows, tma, out);
+                                    shape, group_rows, out);
     }
     return out;
   }

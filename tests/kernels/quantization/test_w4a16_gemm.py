@@ -557,12 +557,11 @@ CUDA_PATHS = (
     "tc4",
     "tc8",
     "dequant",
-    "wgmma",
     "wgmma_tma",
 )
 # Paths that run on compute capability 9.0 only (sm_90a kernels); elsewhere
 # forcing them raises (test_wgmma_refused_off_hopper).
-HOPPER_PATHS = ("wgmma", "wgmma_tma")
+HOPPER_PATHS = ("wgmma_tma",)
 
 
 def _skip_unless_runnable(path: str) -> None:
@@ -595,13 +594,13 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     tensor-core kernel (row blocks of 32 / 64, 256 columns, its build chosen
     by M and its cost model) at every M, M = 1 included; tc4 / tc8: its
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
-    cuBLAS at every M, M = 1 included; wgmma: the Hopper kernel (weight
+    cuBLAS at every M, M = 1 included; wgmma_tma: the Hopper kernel (weight
     dequantized in registers as wgmma's A operand, activations the
-    shared-memory B operand, token tiles 16 .. 128) at every M; wgmma_tma:
-    its warp-specialized build (a producer warp, activations by TMA through
-    a tensor map, weight tiles by bulk copy, mbarrier stages; strided or
-    misaligned rows through an aligned copy). The paths "auto" can take are
-    offered, and the Hopper ones before auto takes them
+    shared-memory B operand, token tiles 16 .. 128; a producer warp loads
+    the activations by TMA through a tensor map and the weight tiles by bulk
+    copy into mbarrier stages; strided or misaligned rows through an aligned
+    copy) at every M. The paths "auto" can take are offered, and the Hopper
+    one before auto takes it
     (docs/quantization/design.md). The default run
     covers each path only in its own M range; these reruns hold every path
     to the same fp64 reference and tolerance at every M of the tests."""
@@ -646,5 +645,9 @@ def test_wgmma_refused_off_hopper(path: str) -> None:
 
 
 @needs_cuda
-def test_cuda_path_env_rejects_unknown() -> None:
-    _assert_path_env_refused(CUDA_PATH_ENV, "wgmma9000", "cuda")
+@pytest.mark.parametrize("value", ["wgmma9000", "wgmma"])
+def test_cuda_path_env_rejects_unknown(value: str) -> None:
+    """Unknown values are refused, the retired ones too ("wgmma": the
+    all-threads Hopper kernel, retired for wgmma_tma on 2026-12-06), rather
+    than running some other path under a name that no longer means it."""
+    _assert_path_env_refused(CUDA_PATH_ENV, value, "cuda")

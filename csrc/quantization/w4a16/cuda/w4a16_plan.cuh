@@ -67,11 +67,11 @@ constexpr int64_t kTcMaxM = 160;
 // when they cannot go through the cp.async ring), "ring4"
 // (w4a16_decode_kernel), "tc" (w4a16_tc_kernel, its build by M and cost
 // model; "tc4" / "tc8": the 64-row build of 4 / 8 warps at every M) or
-// "dequant" (dequant + cuBLAS); unset or "auto" chooses by M. "wgmma" (the
-// Hopper kernel, csrc/sm90a/w4a16_wgmma.cu) and "wgmma_tma" (its
-// warp-specialized build, TMA and mbarriers, csrc/sm90a/w4a16_wgmma_tma.cu)
-// are offered before "auto" takes them: their A/B on the GPU decides which
-// stays and where it runs (docs/quantization/log/).
+// "dequant" (dequant + cuBLAS); unset or "auto" chooses by M. "wgmma_tma"
+// (the Hopper kernel: warp-specialized, TMA and mbarriers,
+// csrc/sm90a/w4a16_wgmma_tma.cu) is offered before "auto" takes it: where it
+// runs is decided by its measurements per shape class
+// (docs/quantization/log/).
 enum class CudaPath {
   kAuto,
   kSwap,
@@ -81,7 +81,6 @@ enum class CudaPath {
   kTc4,
   kTc8,
   kDequant,
-  kWgmma,
   kWgmmaTma
 };
 
@@ -95,7 +94,6 @@ inline CudaPath forced_cuda_path() {
                    {"tc4", CudaPath::kTc4},
                    {"tc8", CudaPath::kTc8},
                    {"dequant", CudaPath::kDequant},
-                   {"wgmma", CudaPath::kWgmma},
                    {"wgmma_tma", CudaPath::kWgmmaTma}});
   return f;
 }

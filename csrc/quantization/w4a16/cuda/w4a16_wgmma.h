@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The Hopper W4A16 GEMM (path "wgmma" of w4a16_gemm.cu; the kernel is
-// csrc/sm90a/w4a16_wgmma.cu, compiled for sm_90a only): what the host plan
-// needs to size its grid and K splits, and the launcher.
+// The Hopper W4A16 GEMM (path "wgmma_tma" of w4a16_gemm.cu; the kernel is
+// csrc/sm90a/w4a16_wgmma_tma.cu, compiled for sm_90a only): what the host
+// plan needs to size its grid and K splits, and the launcher.
 //
 // The problem is computed transposed, out^T [N, M] = W^T [N, K] a^T [K, M],
 // so that N (thousands) is wgmma's M side and the tokens are its N side
@@ -57,20 +57,12 @@ int resident_blocks(int64_t m, bool is_half);
 
 // Launches the kernel on `stream` for the split plan in `args` (grid: token
 // tiles x column blocks x args.splits; with splits > 1 each split writes its
-// fp32 slice of args.workspace and the caller reduces). Preconditions, checked
-// by the caller: compute capability 9.0, a's rows 16-byte copyable
-// (args.a_aligned16), T = __half when is_half else __nv_bfloat16.
+// fp32 slice of args.workspace and the caller reduces). A producer warp fills
+// the stages by TMA (activations) and bulk copies (weight tiles) on
+// mbarriers. Preconditions, checked by the caller: compute capability 9.0;
+// a's base 16-byte aligned and its row stride a multiple of 8 elements (the
+// tensor map's rule; K may be anything); T = __half when is_half else
+// __nv_bfloat16.
 void launch(const dev::GemmArgs& args, bool is_half, cudaStream_t stream);
-
-// The warp-specialized build (path "wgmma_tma", csrc/sm90a/w4a16_wgmma_tma.cu):
-// a producer warp fills the stages by TMA (activations) and bulk copies
-// (weight tiles) on mbarriers; same tiles, grid and split contract as above.
-// Extra precondition of launch: a's base 16-byte aligned and its row stride
-// a multiple of 8 elements (the tensor map's rule; K may be anything).
-namespace tma {
-int stages(int64_t m);
-int resident_blocks(int64_t m, bool is_half);
-void launch(const dev::GemmArgs& args, bool is_half, cudaStream_t stream);
-}  // namespace tma
 
 }  // namespace vllm_myops::w4a16::wgmma

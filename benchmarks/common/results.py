@@ -58,17 +58,20 @@ def _git(*args: str) -> str | None:
 
 
 def git_commit() -> dict[str, Any]:
-    """HEAD and whether the tree is dirty; env VLLM_MYOPS_GIT_COMMIT when the
-    copy has no .git (e.g. a device machine's copy of the working tree)."""
+    """HEAD and whether the tree is dirty. Env VLLM_MYOPS_GIT_COMMIT, when set,
+    wins: a device machine's copy of the working tree may carry a .git that is
+    older than the tree (the session's starting checkout), whose HEAD would
+    name the wrong commit; the caller who knows the commit says it (dirty is
+    then unknown, None)."""
+    stated = os.environ.get("VLLM_MYOPS_GIT_COMMIT")
+    if stated:
+        return {"commit": stated, "dirty": None}
     commit = _git("rev-parse", "HEAD")
     dirty = None
     if commit:
         status = _git("status", "--porcelain", "--untracked-files=no")
         dirty = bool(status) if status is not None else None
-    return {
-        "commit": commit or os.environ.get("VLLM_MYOPS_GIT_COMMIT", "unknown"),
-        "dirty": dirty,
-    }
+    return {"commit": commit or "unknown", "dirty": dirty}
 
 
 def source_hash(paths: Iterable[str] = ("csrc", "CMakeLists.txt")) -> str:

@@ -38,3 +38,22 @@ def test_metadata_command_line_has_no_absolute_path(
     ]
     assert "/elsewhere" not in meta["command"]
     assert meta["command"].endswith("--save r.json")
+
+
+def test_git_commit_stated_by_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device machine's copy can hold an older .git than its tree: the commit
+    the caller states wins over that HEAD, and dirtiness is then unknown."""
+    monkeypatch.setenv("VLLM_MYOPS_GIT_COMMIT", "0123456789ab")
+    assert results.git_commit() == {"commit": "0123456789ab", "dirty": None}
+
+
+def test_git_commit_from_head_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_MYOPS_GIT_COMMIT", raising=False)
+    monkeypatch.setattr(
+        results,
+        "_git",
+        lambda *a: {"rev-parse": "f" * 40, "status": " M x.py"}[a[0]],
+    )
+    assert results.git_commit() == {"commit": "f" * 40, "dirty": True}
+    monkeypatch.setattr(results, "_git", lambda *a: None)
+    assert results.git_commit() == {"commit": "unknown", "dirty": None}

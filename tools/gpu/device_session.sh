@@ -83,6 +83,11 @@
 #   e2e_<model>.{log,json} system.{log,tar.gz} summary.txt
 # A short summary table is printed last.
 #
+# Commit: the device's copy may carry an older .git than its working tree (the
+# session's starting checkout); results JSONs record VLLM_MYOPS_GIT_COMMIT when
+# it is set, so a call states it: VLLM_MYOPS_GIT_COMMIT=<sha> bash ... (the sha
+# of the tree sent, from `git rev-parse --short HEAD` where the call is made).
+#
 # Time: one device command may run 600 s. CALL_LIMIT_S (default 580) is this
 # script's budget; each stage gets what is left minus the estimates of the
 # stages after it, and the benchmark stops starting new cases in time

@@ -57,7 +57,8 @@
 //   VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128 forces one (m128: D 64 /
 //   128). =wgmma forces prefill_wgmma (sm90a/attention_prefill_wgmma.cu:
 //   FlashAttention-3-style warp-specialized wgmma kernel, sm_90a, D 64 /
-//   128; auto never chooses it yet).
+//   128; auto never chooses it yet), =wgmma_overlap the same kernel with
+//   its overlapped consumer mainloop (for the A/B against wgmma).
 // * Q stays in registers for D <= 128, is re-read from shared memory per tile
 //   for D = 256 (register budget: the D = 256 accumulator alone is 128 fp32
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
@@ -216,8 +217,10 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     // prefill_m128 folds the scale into its exponent after the row max:
     // scale > 0 only.
     const PrefillPath path = prefill_path();
-    // Forced wgmma where it cannot run falls back to auto's choice.
-    const bool wgmma = path == PrefillPath::kWgmma &&
+    // Forced wgmma / wgmma_overlap where it cannot run falls back to
+    // auto's choice.
+    const bool wgmma_overlap = path == PrefillPath::kWgmmaOverlap;
+    const bool wgmma = (path == PrefillPath::kWgmma || wgmma_overlap) &&
                        prefill_wgmma_supports(D) && p.scale_log2 > 0.f &&
                        prefill_wgmma_available();
     const bool want_m128 = path == PrefillPath::kM128 ||
@@ -236,7 +239,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     if constexpr (prefill_wgmma_supports(D)) {
       if (wgmma) {
         launch_prefill_wgmma<T, D>(p, sh.num_seqs, sh.num_kv_heads, row_tiles,
-                                   stream);
+                                   wgmma_overlap, stream);
         return;
       }
     }

@@ -51,22 +51,28 @@ inline int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
 // dim), prefill_m128 (128 rows per CTA, 32 per warp, D 64 / 128 only; D =
 // 256 always runs prefill_m64) or prefill_wgmma (128 rows per CTA, two
 // consumer warpgroups on wgmma, sm_90a, D 64 / 128). Forced per process by
-// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma (read once); unset or
-// "auto" chooses between m64 and m128 by head dim and query length
-// (prefill_m128_by_default): auto never takes wgmma, which has not been
-// measured yet. prefill_m128 and prefill_wgmma need scale > 0; other
-// scales run prefill_m64. Forced wgmma where it cannot run (a build
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma|wgmma_overlap (read
+// once); unset or "auto" chooses between m64 and m128 by head dim and
+// query length (prefill_m128_by_default): auto never takes wgmma, which has
+// not been measured yet. wgmma_overlap is prefill_wgmma with the overlapped
+// consumer mainloop (prefill_wgmma_overlap.cuh), a temporary value offered
+// for the A/B against wgmma: whoever measures the two removes the loser
+// (the value, or the serial mainloop and the kernel's kOverlap switch).
+// prefill_m128 and prefill_wgmma need scale > 0; other scales run
+// prefill_m64. Forced wgmma / wgmma_overlap where it cannot run (a build
 // without sm_90a, a device other than compute capability 9.0, D = 256)
 // runs what auto would choose, as forced m128 at D = 256 runs prefill_m64.
 // Any other value is refused, naming the variable and the values it takes.
-enum class PrefillPath { kAuto, kM64, kM128, kWgmma };
+enum class PrefillPath { kAuto, kM64, kM128, kWgmma, kWgmmaOverlap };
 
 inline PrefillPath prefill_path() {
   static const PrefillPath path =
       env::choice("VLLM_MYOPS_ATTENTION_CUDA_PREFILL", PrefillPath::kAuto,
                   {{"m64", PrefillPath::kM64},
                    {"m128", PrefillPath::kM128},
-                   {"wgmma", PrefillPath::kWgmma}});
+                   {"wgmma", PrefillPath::kWgmma},
+                   // Offered for the A/B against wgmma (see above).
+                   {"wgmma_overlap", PrefillPath::kWgmmaOverlap}});
   return path;
 }
 
@@ -97,10 +103,11 @@ void launch_prefill_m128(const Params& p, int64_t num_seqs,
 // Launches prefill_wgmma on grid (num_seqs, num_kv_heads, row_tiles) (row
 // tiles of kPrefillWgmmaRows) and checks the launch; defined only in builds
 // with sm_90a (VLLM_MYOPS_WITH_SM90A), and the caller must be on a device
-// of compute capability 9.0. T: __half or __nv_bfloat16; D: 64 or 128.
+// of compute capability 9.0. T: __half or __nv_bfloat16; D: 64 or 128;
+// overlap: the overlapped consumer mainloop (PrefillPath::kWgmmaOverlap).
 template <typename T, int D>
 void launch_prefill_wgmma(const Params& p, int64_t num_seqs,
-                          int64_t num_kv_heads, int64_t row_tiles,
+                          int64_t num_kv_heads, int64_t row_tiles, bool overlap,
                           cudaStream_t stream);
 
 }  // namespace vllm_myops::attention_cuda

@@ -9,19 +9,22 @@
 //   head h), GQA-packed as prefill_m128. Warpgroup 0 is the producer
 //   (prefill_wgmma_loader.cuh: Q once, then K/V tiles of 128 tokens by
 //   cp.async from the block table into a kStages-deep full / empty mbarrier
-//   pipeline), setmaxnreg'd down to kProducerRegs; warpgroups 1 and 2 are
-//   consumers of 64 rows each (the wgmma M), up to kConsumerRegs.
+//   pipeline), setmaxnreg'd down to its register budget; warpgroups 1 and
+//   2 are consumers of 64 rows each (the wgmma M), up to theirs (traits:
+//   producer_regs / consumer_regs per mainloop).
 // * Per tile, a consumer warpgroup: waits for the stage (`full`), S = Q K^T
-//   as SS wgmma m64n128k16 (Q and K K-major in shared memory), waits;
-//   online softmax in fp32 registers in the exp2 domain
+//   as SS wgmma m64n128k16 (Q and K K-major in shared memory); online
+//   softmax in fp32 registers in the exp2 domain
 //   (prefill_wgmma_softmax.cuh), P rounded to T straight into the RS A
 //   fragments; O += P V as RS wgmma m64nDk16 with V MN-major (the
 //   transpose-B bit; the V rows are the cache's token rows, no transposing
-//   copy), waits; then each of its warps arrives on the stage's `empty`.
-//   This first slice runs the two GEMMs and the softmax of a warpgroup in
-//   series; the other warpgroup's work (and the producer's copies) overlap
-//   it only through the warp schedulers (docs/attention/design.md: the
-//   overlaps not built yet and what each is for).
+//   copy); once both wgmmas on the stage completed, each of its warps
+//   arrives on the stage's `empty`. Two mainloops, chosen by the kernel's
+//   kOverlap: the serial one (prefill_wgmma_mainloop.cuh: S, softmax, P V
+//   in series, each waited for) and the overlapped one
+//   (prefill_wgmma_overlap.cuh: S of tile t + 1 runs during the softmax of
+//   tile t), offered for the A/B against it. The two consumer warpgroups
+//   are not ping-ponged (docs/attention/design.md).
 // * Causal: the CTA's keys are [0, kv_end), kv_end = 1 + the limit of its
 //   last row; a warpgroup stops after the tile holding its own last row's
 //   limit (tiles wholly masked for it are not computed) and masks only
@@ -38,6 +41,8 @@
 #include "attention/cuda/online_softmax.cuh"
 #include "attention/cuda/params.cuh"
 #include "attention/cuda/prefill_wgmma_loader.cuh"
+#include "attention/cuda/prefill_wgmma_mainloop.cuh"
+#include "attention/cuda/prefill_wgmma_overlap.cuh"
 #include "attention/cuda/prefill_wgmma_softmax.cuh"
 #include "attention/cuda/prefill_wgmma_traits.cuh"
 #include "cuda/mma_utils.cuh"
@@ -46,92 +51,6 @@
 #include "cuda/vectorized_access.cuh"
 
 namespace vllm_myops::attention_cuda {
-
-// The last key position row rg of the sequence may see; rows past
-// rows_total (never written) see the CTA's whole range.
-__device__ __forceinline__ int wgmma_row_lim(const WgmmaCtaInfo& ci, int G,
-                                             int rg) {
-  return rg >= ci.rows_total ? ci.kv_end - 1 : ci.ctx0 + rg / G;
-}
-
-// S = Q K^T: warpgroup wg's 64 rows x the stage's kTileN tokens, issued and
-// committed (the caller waits). Step 0 overwrites S (scale-d 0).
-template <typename T, int D>
-__device__ __forceinline__ void wgmma_qk(
-    float (&sc)[PrefillWgmmaTraits<D>::kSAcc], uint32_t q_base, uint32_t stage,
-    int wg) {
-  using C = PrefillWgmmaTraits<D>;
-  sm90::wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < C::kKS; ++ks) {
-    const uint64_t da =
-        sm90::sw128_kmajor_desc(q_base + q_desc_start<D>(wg, ks));
-    const uint64_t db = sm90::sw128_kmajor_desc(stage + k_desc_start<D>(ks));
-    if (ks == 0) {
-      sm90::wgmma_ss<T, C::kTileN, false>(sc, da, db);
-    } else {
-      sm90::wgmma_ss<T, C::kTileN, true>(sc, da, db);
-    }
-  }
-  sm90::wgmma_commit();
-}
-
-// O += P V over the stage's kTileN tokens, issued and committed.
-template <typename T, int D>
-__device__ __forceinline__ void wgmma_pv(
-    float (&o)[PrefillWgmmaTraits<D>::kOAcc],
-    const uint32_t (&pa)[PrefillWgmmaTraits<D>::kPS][4], uint32_t stage) {
-  using C = PrefillWgmmaTraits<D>;
-  constexpr int kInstAcc = C::kPvInstN / 2;
-  sm90::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < C::kPS; ++kk)
-#pragma unroll
-    for (int inst = 0; inst < C::kPvInsts; ++inst) {
-      float (&oi)[kInstAcc] =
-          *reinterpret_cast<float (*)[kInstAcc]>(&o[inst * kInstAcc]);
-      sm90::wgmma_rs_tb<T, C::kPvInstN>(
-          oi, pa[kk],
-          sm90::sw128_mnmajor_desc(stage + v_desc_start<D>(kk, inst),
-                                   C::kKvPanelBytes));
-    }
-  sm90::wgmma_commit();
-}
-
-// One tile t (in `stage`, already waited for) of a consumer warpgroup:
-// S, softmax, P V, all complete on return (the stage may be released).
-template <typename T, int D>
-__device__ __forceinline__ void consume_tile(
-    const Params& p, const WgmmaCtaInfo& ci, uint32_t q_base, uint32_t stage,
-    int wg, int warp, int lane, int t, float (&m)[2], float (&l)[2],
-    float (&o)[PrefillWgmmaTraits<D>::kOAcc]) {
-  using C = PrefillWgmmaTraits<D>;
-  float sc[C::kSAcc];
-  wgmma_qk<T, D>(sc, q_base, stage, wg);
-  sm90::wgmma_wait<0>();
-  sm90::fence_operands(sc);
-
-  // Warpgroup-uniform: the tile crosses the first row's limit.
-  const int G = p.group;
-  const int wg_row0 = ci.row0 + wg * C::kWgRows;
-  const int pos0 = t * C::kTileN;
-  const bool masked = pos0 + C::kTileN - 1 > wgmma_row_lim(ci, G, wg_row0);
-  int lim[2] = {0, 0};
-  if (masked) {
-    const int r = wg_row0 + warp * 16 + lane / 4;
-    lim[0] = wgmma_row_lim(ci, G, r);
-    lim[1] = wgmma_row_lim(ci, G, r + 8);
-  }
-  uint32_t pa[C::kPS][4];
-  wgmma_softmax_step<T, C::kTileN, C::kOAcc>(sc, m, l, o, pa, p.scale_log2,
-                                             masked, pos0, lim, lane % 4);
-  sm90::fence_operands(o);
-  wgmma_pv<T, D>(o, pa, stage);
-  sm90::wgmma_wait<0>();
-  sm90::fence_operands(o);
-#pragma unroll
-  for (int kk = 0; kk < C::kPS; ++kk) sm90::fence_operands(pa[kk]);
-}
 
 // Epilogue of consumer warpgroup wg: O / l rounded once, staged in the
 // warpgroup's own Q rows, then stored. bar_id: the warpgroup's named
@@ -182,16 +101,18 @@ __device__ __forceinline__ void prefill_wgmma_store(
   }
 }
 
-// A consumer warpgroup's work: its tiles, the epilogue, then the release of
-// the tiles only the other warpgroup needs (wait `full` first: that keeps
-// each arrival in its own phase of `empty`).
-template <typename T, int D>
+// A consumer warpgroup's work: its tiles (the serial or, with kOverlap,
+// the overlapped mainloop), the epilogue, then the release of the tiles
+// only the other warpgroup needs (wait `full` first: that keeps each
+// arrival in its own phase of `empty`).
+template <typename T, int D, bool kOverlap>
 __device__ __forceinline__ void prefill_wgmma_consume(
     const Params& p, const WgmmaCtaInfo& ci, unsigned char* q_smem,
     uint32_t kv_base, uint64_t* full, uint64_t* empty, uint64_t* q_full, int wg,
     int warp, int lane) {
   using C = PrefillWgmmaTraits<D>;
-  const uint32_t q_base = tc::smem_addr(q_smem);
+  const WgmmaConsumer c{
+      &p, &ci, tc::smem_addr(q_smem), kv_base, full, empty, wg, warp, lane};
   const int wg_row0 = ci.row0 + wg * C::kWgRows;
   int n_mine = 0;  // tiles this warpgroup computes
   if (wg_row0 < ci.rows_total) {
@@ -202,28 +123,24 @@ __device__ __forceinline__ void prefill_wgmma_consume(
   float o[C::kOAcc];
 #pragma unroll
   for (int i = 0; i < C::kOAcc; ++i) o[i] = 0.f;
-  if (n_mine > 0) sm90::mbar_wait(q_full, 0);
-  for (int t = 0; t < n_mine; ++t) {
-    const int s = t % C::kStages;
-    sm90::mbar_wait(&full[s], (t / C::kStages) & 1);
-    // The cp.async writes (generic proxy) before the wgmma reads (async).
-    sm90::fence_proxy_async_smem();
-    consume_tile<T, D>(p, ci, q_base, kv_base + s * C::kStageBytes, wg, warp,
-                       lane, t, m, l, o);
-    if (lane == 0) sm90::mbar_arrive(&empty[s]);
-  }
   if (n_mine > 0) {
+    sm90::mbar_wait(q_full, 0);
+    if constexpr (kOverlap) {
+      prefill_wgmma_mainloop_overlap<T, D>(c, n_mine, m, l, o);
+    } else {
+      prefill_wgmma_mainloop_serial<T, D>(c, n_mine, m, l, o);
+    }
     prefill_wgmma_store<T, D>(p, ci, q_smem, wg, warp, lane, l, o);
   }
   for (int t = n_mine; t < ci.n_tiles; ++t) {
-    const int s = t % C::kStages;
-    sm90::mbar_wait(&full[s], (t / C::kStages) & 1);
-    if (lane == 0) sm90::mbar_arrive(&empty[s]);
+    wgmma_wait_tile<D>(c, t);
+    wgmma_release_tile<D>(c, t);
   }
 }
 
 // Grid (B, H_kv, row tiles of kRows), kThreads threads; scale_log2 > 0.
-template <typename T, int D>
+// kOverlap: the overlapped consumer mainloop (prefill_wgmma_overlap.cuh).
+template <typename T, int D, bool kOverlap>
 __global__ void __launch_bounds__(PrefillWgmmaTraits<D>::kThreads, 1)
     prefill_wgmma_kernel(const Params p) {
   using C = PrefillWgmmaTraits<D>;
@@ -262,14 +179,14 @@ __global__ void __launch_bounds__(PrefillWgmmaTraits<D>::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    sm90::setmaxnreg_dec<C::kProducerRegs>();
+    sm90::setmaxnreg_dec<C::template producer_regs<kOverlap>()>();
     prefill_wgmma_produce<T, D>(p, ci, tc::smem_addr(q_smem), kv_base, full,
                                 empty, q_full, threadIdx.x);
   } else {
-    sm90::setmaxnreg_inc<C::kConsumerRegs>();
-    prefill_wgmma_consume<T, D>(p, ci, q_smem, kv_base, full, empty, q_full,
-                                wg - 1, (threadIdx.x / 32) % 4,
-                                threadIdx.x % 32);
+    sm90::setmaxnreg_inc<C::template consumer_regs<kOverlap>()>();
+    prefill_wgmma_consume<T, D, kOverlap>(
+        p, ci, q_smem, kv_base, full, empty, q_full, wg - 1,
+        (threadIdx.x / 32) % 4, threadIdx.x % 32);
   }
 }
 

@@ -49,19 +49,25 @@ constexpr bool p_fragment_matches_accumulator(int n_tokens) {
 static_assert(p_fragment_matches_accumulator(128),
               "P fragments do not match the S accumulator layout");
 
-// One K/V tile's online-softmax step for a thread's two rows: S (kN tokens
-// from position pos0, raw q . k), masked where `masked` (position >
-// lim[hr]), then (m, l, o) updated and S turned into P, rounded to T into
-// the RS A fragments pa. As online_softmax_m128: m in raw q . k units, the
-// scale folded into one FFMA per element (scale > 0 only: the host sends
-// other scales to prefill_m64); every row sees position 0 in its first
-// tile, so m is finite from then on and alpha of the first tile is
-// exp2(-inf) = 0. l holds this thread's columns (the caller quad-sums).
-template <typename T, int kN, int kOAcc>
-__device__ __forceinline__ void wgmma_softmax_step(
-    float (&sc)[kN / 2], float (&m)[2], float (&l)[2], float (&o)[kOAcc],
-    uint32_t (&pa)[kN / 16][4], float sl, bool masked, int pos0,
-    const int (&lim)[2], int t) {
+// One K/V tile's online-softmax step for a thread's two rows, in place and
+// without touching O: S (kN tokens from position pos0, raw q . k), masked
+// where `masked` (position > lim[hr]), then (m, l) updated, alpha[hr] = the
+// factor the row's earlier O and l terms take (l is rescaled here, O by
+// wgmma_rescale_o), and S turned into fp32 P in the same registers
+// (wgmma_pack_p rounds it into RS A fragments). Split from the O rescale
+// and the packing so that the overlapped mainloop can run it while a P V
+// wgmma still reads the previous P fragments and accumulates into O. As
+// online_softmax_m128: m in raw q . k units, the scale folded into one FFMA
+// per element (scale > 0 only: the host sends other scales to prefill_m64);
+// every row sees position 0 in its first tile, so m is finite from then on
+// and alpha of the first tile is exp2(-inf) = 0. l holds this thread's
+// columns (the caller quad-sums).
+template <int kN>
+__device__ __forceinline__ void wgmma_softmax_p(float (&sc)[kN / 2],
+                                                float (&m)[2], float (&l)[2],
+                                                float (&alpha)[2], float sl,
+                                                bool masked, int pos0,
+                                                const int (&lim)[2], int t) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     if (masked) {
@@ -80,7 +86,7 @@ __device__ __forceinline__ void wgmma_softmax_step(
     // Rounded products, no FFMA contraction: alpha rescales the old terms
     // by exactly the offset they were taken at.
     const float ms = __fmul_rn(mx, sl);
-    const float alpha = fast_exp2(__fmul_rn(m[hr], sl) - ms);
+    alpha[hr] = fast_exp2(__fmul_rn(m[hr], sl) - ms);
     m[hr] = mx;
     float sum = 0.f;
 #pragma unroll
@@ -89,18 +95,45 @@ __device__ __forceinline__ void wgmma_softmax_step(
       sc[4 * j + 2 * hr + 1] = fast_exp2(fmaf(sc[4 * j + 2 * hr + 1], sl, -ms));
       sum += sc[4 * j + 2 * hr] + sc[4 * j + 2 * hr + 1];
     }
-    l[hr] = l[hr] * alpha + sum;
-#pragma unroll
-    for (int j = 0; j < kOAcc / 4; ++j) {
-      o[4 * j + 2 * hr] *= alpha;
-      o[4 * j + 2 * hr + 1] *= alpha;
-    }
+    l[hr] = l[hr] * alpha[hr] + sum;
   }
+}
+
+// P (fp32, in the S accumulators) rounded to T into the RS A fragments.
+template <typename T, int kN>
+__device__ __forceinline__ void wgmma_pack_p(const float (&sc)[kN / 2],
+                                             uint32_t (&pa)[kN / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       pa[kk][i] = tc::pack2<T>(sc[p_source(kk, i, 0)], sc[p_source(kk, i, 1)]);
+}
+
+// O's rows rescaled by the alpha of wgmma_softmax_p (before the P V of the
+// same tile accumulates into O; no wgmma may be writing O meanwhile).
+template <int kOAcc>
+__device__ __forceinline__ void wgmma_rescale_o(float (&o)[kOAcc],
+                                                const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < kOAcc / 4; ++j) {
+    o[4 * j] *= alpha[0];
+    o[4 * j + 1] *= alpha[0];
+    o[4 * j + 2] *= alpha[1];
+    o[4 * j + 3] *= alpha[1];
+  }
+}
+
+// Both of the above: the serial mainloop's step (O is not in flight).
+template <typename T, int kN, int kOAcc>
+__device__ __forceinline__ void wgmma_softmax_step(
+    float (&sc)[kN / 2], float (&m)[2], float (&l)[2], float (&o)[kOAcc],
+    uint32_t (&pa)[kN / 16][4], float sl, bool masked, int pos0,
+    const int (&lim)[2], int t) {
+  float alpha[2];
+  wgmma_softmax_p<kN>(sc, m, l, alpha, sl, masked, pos0, lim, t);
+  wgmma_pack_p<T, kN>(sc, pa);
+  wgmma_rescale_o<kOAcc>(o, alpha);
 }
 
 }  // namespace vllm_myops::attention_cuda

@@ -77,6 +77,33 @@ struct PrefillWgmmaTraits {
                     (1 + kConsumerWgs) * kLaunchRegs,
                 "setmaxnreg asks more registers than the CTA holds");
 
+  // The overlapped mainloop (prefill_wgmma_overlap.cuh, kOverlap) keeps
+  // the P V of tile t in flight while the softmax of tile t + 1 runs: one S
+  // set, one P fragment set and O, as the serial loop, plus what the
+  // longer live ranges cost, which fits the serial loop's split (figures:
+  // docs/attention/log/2026-12-06-prefill-wgmma-overlap.md). A consumer holds 2
+  // stages at once (tile t, whose V that P V reads, and tile t + 1, whose
+  // `full` it waits for to issue S(t + 1)); the producer refills a stage only
+  // after both warpgroups released it: the slowest warpgroup, at tile u, has
+  // released every tile below u, so the producer can fill up to tile u - 1
+  // + kStages, which must reach u + 1 (else it waits forever).
+  static constexpr int kOverlapStagesHeld = 2;
+  static_assert(kStages >= kOverlapStagesHeld,
+                "the overlapped loop holds more stages than there are");
+  static constexpr int kOverlapProducerRegs = 56;
+  static constexpr int kOverlapConsumerRegs = 224;
+  static_assert(kOverlapProducerRegs + kConsumerWgs * kOverlapConsumerRegs <=
+                    (1 + kConsumerWgs) * kLaunchRegs,
+                "setmaxnreg asks more registers than the CTA holds");
+  template <bool kOverlap>
+  static constexpr int producer_regs() {
+    return kOverlap ? kOverlapProducerRegs : kProducerRegs;
+  }
+  template <bool kOverlap>
+  static constexpr int consumer_regs() {
+    return kOverlap ? kOverlapConsumerRegs : kConsumerRegs;
+  }
+
   // Producer: warp w copies tokens [w, w + 1) * kCopyToks of a tile, 8
   // lanes per token (a copy instruction moves 4 tokens x 128 contiguous
   // bytes), lane j of a token taking chunks j, j + 8, ...: chunk step it

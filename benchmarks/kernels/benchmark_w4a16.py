@@ -936,20 +936,21 @@ def group_list(s: str) -> list[int]:
     return groups
 
 
-def zp_list(s: str) -> list[str]:
-    zps = [z.strip() for z in s.split(",") if z.strip()]
-    bad = [z for z in zps if z not in ZPS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad} not in {ZPS}")
-    return zps
+def _choice_list(allowed: tuple[str, ...]):
+    """argparse type: a comma list of values from `allowed`."""
+
+    def parse(s: str) -> list[str]:
+        values = [v.strip() for v in s.split(",") if v.strip()]
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad} not in {allowed}")
+        return values
+
+    return parse
 
 
-def order_list(s: str) -> list[str]:
-    orders = [o.strip() for o in s.split(",") if o.strip()]
-    bad = [o for o in orders if o not in ORDERS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad} not in {ORDERS}")
-    return orders
+zp_list = _choice_list(ZPS)
+order_list = _choice_list(ORDERS)
 
 
 def label(c: Case) -> str:

@@ -34,13 +34,24 @@ namespace vllm_myops::sm90 {
 constexpr int kSwizzleRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 
+// The descriptor fields as a constexpr function of (start, leading offset,
+// stride offset), so that a kernel can check its descriptors at compile time;
+// layout 1 = the 128-byte swizzle. Bits: start address >> 4 in [0, 14),
+// leading byte offset >> 4 in [16, 30), stride byte offset >> 4 in [32, 46),
+// base offset 0 (tiles 1024-byte aligned), layout in [62, 64).
+__host__ __device__ constexpr uint64_t sw128_desc_fields(uint32_t smem_addr,
+                                                         uint32_t lbo_bytes,
+                                                         uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((smem_addr & 0x3ffffu) >> 4) |
+         static_cast<uint64_t>((lbo_bytes >> 4) & 0x3fffu) << 16 |
+         static_cast<uint64_t>((sbo_bytes >> 4) & 0x3fffu) << 32 |
+         static_cast<uint64_t>(1) << 62;
+}
+
+// The K-major tile's descriptor: leading offset unused (the field 1, i.e.
+// 16 bytes), stride offset one swizzle atom (the 8-row step).
 __device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t smem_addr) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_addr & 0x3ffffu) >> 4);  // start
-  desc |= static_cast<uint64_t>(1) << 16;  // leading offset: unused, 1
-  desc |= static_cast<uint64_t>(kSwizzleAtomBytes >> 4) << 32;  // 8-row step
-  desc |= static_cast<uint64_t>(1) << 62;  // layout: 128-byte swizzle
-  return desc;
+  return sw128_desc_fields(smem_addr, 16, kSwizzleAtomBytes);
 }
 
 // Byte offset of 16-byte chunk c of row r inside such a tile.
@@ -96,21 +107,6 @@ template <int kN>
 __device__ __forceinline__ void fence_operands(uint32_t (&a)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
-}
-
-// ---- Descriptors for the attention kernels ----------------------------------
-// The descriptor fields as a constexpr function of (start, leading offset,
-// stride offset), so that a kernel can check its descriptors at compile time;
-// layout 1 = the 128-byte swizzle. Bits: start address >> 4 in [0, 14),
-// leading byte offset >> 4 in [16, 30), stride byte offset >> 4 in [32, 46),
-// base offset 0 (tiles 1024-byte aligned), layout in [62, 64).
-__host__ __device__ constexpr uint64_t sw128_desc_fields(uint32_t smem_addr,
-                                                         uint32_t lbo_bytes,
-                                                         uint32_t sbo_bytes) {
-  return static_cast<uint64_t>((smem_addr & 0x3ffffu) >> 4) |
-         static_cast<uint64_t>((lbo_bytes >> 4) & 0x3fffu) << 16 |
-         static_cast<uint64_t>((sbo_bytes >> 4) & 0x3fffu) << 32 |
-         static_cast<uint64_t>(1) << 62;
 }
 
 // An MN-major (transposed) operand in the 128-byte swizzle: each 128-byte

@@ -34,9 +34,9 @@ namespace layout = cuda_layout;
 using dev::GemmArgs;
 using dev::GroupRaw;
 
-constexpr int kTileBytes = layout::kTileWords * 4;   // one packed n-tile k-tile
-constexpr int kActChunks = layout::kTileK * 2 / 16;  // 16-byte chunks per row
-static_assert(kActChunks * 16 == sm90::kSwizzleRowBytes, "64 k per row");
+constexpr int kTileBytes = layout::kTileWords * 4;  // one packed n-tile k-tile
+static_assert(layout::kTileK * 2 == sm90::kSwizzleRowBytes,
+              "a k-tile's activation row is one 128-byte swizzle row");
 
 // The wgmma shape of a token tile of kBN tokens (wgmma's N side): one
 // instruction of N = kBN up to 64, two of 64 at 128. The activation tile is

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Tensor-core and async-copy helpers shared by the CUDA kernels (sm_80+):
-// cp.async 16-byte copies with zero fill, ldmatrix, mma.sync m16n8k16 with
-// fp32 accumulation, and the XOR swizzle of the shared-memory tiles.
+// cp.async 16- and 4-byte copies with zero fill, ldmatrix, mma.sync m16n8k16
+// with fp32 accumulation, and the XOR swizzle of the shared-memory tiles.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,15 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src,
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                "l"(src), "r"(bytes));
+}
+
+// 4 bytes global -> shared through L1, the first `src_bytes` (0, 2 or 4) read
+// and the rest zero-filled; src 4-byte aligned (a valid address even when
+// src_bytes is 0: callers pass a base pointer).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src,
+                                           int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes));
 }
 
 __device__ __forceinline__ void cp_async_commit() {

@@ -7,17 +7,21 @@
 // tiles of 16 / 32 / 64 / 128 (wgmma's N side); 64 k per stage.
 //
 // - A producer warp (warp 4 kWarpgroups, after the consumer warpgroups) fills
-//   kStages stages: one elected lane per k-tile issues the activation tile by
+//   kStages stages. Per k-tile one elected lane issues the activation tile by
 //   TMA (a 2-D tensor map over a, box 64 k x kBN rows, 128-byte swizzle: the
 //   layout the wgmma B descriptor reads; rows >= M and k >= K arrive as
 //   zeros) and the block's packed weight tiles by bulk copy (2 KB each,
-//   contiguous in global memory), all completing on the stage's `full`
-//   mbarrier with their byte count.
+//   contiguous in global memory), completing on the stage's `full` mbarrier
+//   with their byte count; all 32 lanes copy the k-tile's group rows
+//   (scales, zeros; tile::GroupRows) by cp.async, each lane's completion one
+//   more arrival on `full`. A k-tile's scales thus arrive kStages k-tiles
+//   ahead, as its weights do: the consumers' per-k-tile path has no global
+//   load on it.
 // - The consumer warpgroups wait on `full`, never on each other: no block
 //   barrier in the mainloop. A warpgroup releases a stage (one arrival on
 //   its `empty` mbarrier, after a named barrier of its 128 threads) once the
-//   wgmma that read its activations completed; its weight words were read
-//   (dequantized) one k-tile earlier.
+//   wgmma that read its activations completed; its weight words and group
+//   rows were read (dequantized) one k-tile earlier.
 // - Per k-tile i the consumers issue wgmma(i) on the fragments dequantized
 //   in the previous iteration, wait for stage i + 1 and dequantize it under
 //   the wgmma, then wait for wgmma(i) and release stage i.
@@ -40,7 +44,7 @@
 #include "cuda/sm90_utils.cuh"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
-#include "quantization/w4a16/cuda/w4a16_tc_gemm.cuh"
+#include "cuda/mma_utils.cuh"
 #include "quantization/w4a16/cuda/w4a16_wgmma.h"
 #include "quantization/w4a16/cuda/w4a16_wgmma_tile.cuh"
 
@@ -49,7 +53,6 @@ namespace {
 
 namespace layout = cuda_layout;
 using dev::GemmArgs;
-using dev::GroupRaw;
 using tile::kTileBytes;
 
 constexpr int kConsumerWarps = 4 * kWarpgroups;
@@ -62,10 +65,12 @@ constexpr int kTileQuads = layout::kTileWords / 4;
 // registers allow (one block's epilogue and pipeline fill run beside the
 // other's mainloop); the 128-token tile needs more than two blocks' share
 // (its two accumulator sets), so one.
+// A stage: activations, the block's weight tiles, then its group rows.
 template <int kBN>
 struct Config : tile::TokenTile<kBN> {
   using tile::TokenTile<kBN>::kActBytes;
-  static constexpr int kStageBytes = kActBytes + kWarpgroups * kTileBytes;
+  static constexpr int kGroupOffset = kActBytes + kWarpgroups * kTileBytes;
+  static constexpr int kStageBytes = kGroupOffset + tile::GroupRows::kBytes;
   static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
   static constexpr int kMinBlocks = kBN == 128 ? 1 : 2;
   // Stages from a 1024-byte boundary (the swizzle atom; the TMA box and the
@@ -76,18 +81,67 @@ struct Config : tile::TokenTile<kBN> {
                 "each stage starts on a swizzle atom");
 };
 
-// The producer: k-tiles kt0 .. kt0 + count - 1 into the stages, in order.
-// One lane.
+// Lane `lane`'s share of k-tile kt's group rows (columns n_base + 4 lane ..
+// + 3 of each row) into the stage's GroupRows `area`, then its arrival on
+// `full`. cp.async (completion counted on `full`) when every pair of columns
+// is one aligned 4-byte word: N even and scales / zeros 4-byte aligned;
+// otherwise plain loads and stores before the arrival (an odd N or a
+// misaligned view: correct, slower).
+__device__ __forceinline__ void produce_group_rows(const GemmArgs& p,
+                                                   uint8_t* area, int kt,
+                                                   int n_base, int lane,
+                                                   bool aligned,
+                                                   uint64_t* full) {
+  using tile::GroupRows;
+  const int halves = GroupRows::halves(p);
+  const int parts = p.zeros != nullptr ? 2 : 1;
+  for (int h = 0; h < halves; ++h) {
+    const int64_t row = static_cast<int64_t>(dev::group_of(p, kt, 2 * h)) * p.n;
+    for (int z = 0; z < parts; ++z) {
+      const auto* src = static_cast<const uint16_t*>(z ? p.zeros : p.scales);
+      uint16_t* dst = reinterpret_cast<uint16_t*>(area) + GroupRows::row(h, z);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 4 * lane + 2 * c;
+        const int n = n_base + col;
+        if (aligned) {
+          const int bytes = n + 1 < p.n ? 4 : n < p.n ? 2 : 0;
+          tc::cp_async_4(tc::smem_addr(dst + col),
+                         bytes > 0 ? src + row + n : src, bytes);
+        } else {
+          const uint32_t lo = n < p.n ? __ldg(src + row + n) : 0u;
+          const uint32_t hi = n + 1 < p.n ? __ldg(src + row + n + 1) : 0u;
+          *reinterpret_cast<uint32_t*>(dst + col) = lo | (hi << 16);
+        }
+      }
+    }
+  }
+  if (aligned) {
+    sm90::cp_async_arrive(full);
+  } else {
+    sm90::mbar_arrive(full);
+  }
+}
+
+// The producer warp: k-tiles kt0 .. kt0 + count - 1 into the stages, in
+// order. Lane 0 issues the TMA and bulk copies; every lane its share of the
+// group rows.
 template <int kBN>
 __device__ __forceinline__ void produce(const CUtensorMap* act_map,
                                         const GemmArgs& p, uint8_t* smem,
                                         uint64_t* full, uint64_t* empty,
-                                        int tok0, int nt0, int kt0, int count) {
+                                        int tok0, int nt0, int kt0, int count,
+                                        int lane) {
   using C = Config<kBN>;
   const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;
   const int tiles = min(kWarpgroups, n_tiles - nt0);
   const uint32_t bytes = C::kActBytes + tiles * kTileBytes;
-  sm90::prefetch_tensormap(act_map);
+  const auto word_aligned = [](const void* q) {
+    return q == nullptr || (reinterpret_cast<uintptr_t>(q) & 3u) == 0;
+  };
+  const bool aligned =
+      p.n % 2 == 0 && word_aligned(p.scales) && word_aligned(p.zeros);
+  if (lane == 0) sm90::prefetch_tensormap(act_map);
   for (int j = 0; j < count; ++j) {
     const int s = j % C::kStages;
     const int round = j / C::kStages;
@@ -96,14 +150,18 @@ __device__ __forceinline__ void produce(const CUtensorMap* act_map,
     if (round > 0) sm90::mbar_wait(&empty[s], (round - 1) & 1);
     uint8_t* stage = smem + s * C::kStageBytes;
     const int kt = kt0 + j;
-    sm90::mbar_arrive_expect_tx(&full[s], bytes);
-    sm90::tma_load_2d(stage, act_map, kt * layout::kTileK, tok0, &full[s]);
-    for (int w = 0; w < tiles; ++w) {
-      const uint4* src =
-          p.b + (static_cast<int64_t>(nt0 + w) * p.k_tiles + kt) * kTileQuads;
-      sm90::bulk_copy_g2s(stage + C::kActBytes + w * kTileBytes, src,
-                          kTileBytes, &full[s]);
+    if (lane == 0) {
+      sm90::mbar_arrive_expect_tx(&full[s], bytes);
+      sm90::tma_load_2d(stage, act_map, kt * layout::kTileK, tok0, &full[s]);
+      for (int w = 0; w < tiles; ++w) {
+        const uint4* src =
+            p.b + (static_cast<int64_t>(nt0 + w) * p.k_tiles + kt) * kTileQuads;
+        sm90::bulk_copy_g2s(stage + C::kActBytes + w * kTileBytes, src,
+                            kTileBytes, &full[s]);
+      }
     }
+    produce_group_rows(p, stage + C::kGroupOffset, kt, nt0 * layout::kTileN,
+                       lane, aligned, &full[s]);
   }
 }
 
@@ -113,6 +171,12 @@ __device__ __forceinline__ const uint32_t* weights_of(const uint8_t* stage,
                                                       int wg) {
   return reinterpret_cast<const uint32_t*>(stage + Config<kBN>::kActBytes +
                                            wg * kTileBytes);
+}
+
+// The stage's group rows (tile::GroupRows).
+template <int kBN>
+__device__ __forceinline__ const uint16_t* groups_of(const uint8_t* stage) {
+  return reinterpret_cast<const uint16_t*>(stage + Config<kBN>::kGroupOffset);
 }
 
 // Grid (token tile, column block, K-split), token tiles fastest: the blocks
@@ -136,7 +200,8 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
 
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      sm90::mbar_init(&full[s], 1);  // the producer's arrive_expect_tx
+      // The producer's arrive_expect_tx and its 32 lanes' group-row arrivals.
+      sm90::mbar_init(&full[s], 1 + 32);
       sm90::mbar_init(&empty[s], kWarpgroups);
     }
     sm90::fence_barrier_init();
@@ -144,8 +209,8 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
   __syncthreads();
 
   if (warp_id == kConsumerWarps) {
-    if (lane == 0 && count > 0) {
-      produce<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0, count);
+    if (count > 0) {
+      produce<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0, count, lane);
     }
     return;
   }
@@ -161,13 +226,11 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
     for (int i = 0; i < C::kAcc; ++i) acc[u][i] = 0.f;
 
   if (count > 0) {
-    GroupRaw gr[2];
     uint32_t a[layout::kSteps][4];
-    w4a16::tc_gemm::load_tile_groups<2>(p, kt0, 0, n0, lane, gr);
     sm90::mbar_wait(&full[0], 0);
     if (active) {
-      tile::dequant_tile<T>(p, weights_of<kBN>(smem, wg), warp, lane, n0, kt0,
-                            count > 1, gr, a);
+      tile::dequant_tile<T>(p, weights_of<kBN>(smem, wg), groups_of<kBN>(smem),
+                            wg, warp, lane, a);
     }
     for (int i = 0; i < count; ++i) {
       const int s = i % C::kStages;
@@ -180,9 +243,9 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
         const int s1 = (i + 1) % C::kStages;
         sm90::mbar_wait(&full[s1], ((i + 1) / C::kStages) & 1);
         if (active) {
-          tile::dequant_tile<T>(
-              p, weights_of<kBN>(smem + s1 * C::kStageBytes, wg), warp, lane,
-              n0, kt0 + i + 1, i + 2 < count, gr, a_next);
+          const uint8_t* stage1 = smem + s1 * C::kStageBytes;
+          tile::dequant_tile<T>(p, weights_of<kBN>(stage1, wg),
+                                groups_of<kBN>(stage1), wg, warp, lane, a_next);
         }
       }
       sm90::wgmma_wait<0>();

@@ -15,6 +15,7 @@ on 2 cores; VLLM_MYOPS_TEST_SCOPE=full (or --scope full) runs the matrix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -172,6 +173,33 @@ def test_bias(device: str, dtype: torch.dtype) -> None:
     assert_gemm_close(out, qw, a, bias)
     # The bias is really added (not a tolerance artefact).
     assert not torch.allclose(out, qw.gemm(a), atol=1e-2)
+
+
+# m 1 / 16 / 40: the decode kernels and each of the tensor-core ranges.
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("n", [75, 136])
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_rows_odd_n_and_offset(device: str, n: int, offset: int) -> None:
+    """Odd N, and scales / zeros that start at an odd element of their
+    storage (contiguous views): rows of group values that are not whole
+    4-byte words, which a kernel may copy by words only when they are."""
+    seed_everything(11)
+    k, dtype = 576, torch.bfloat16
+    qw = make_weight(k, n, 64, symmetric=False, dtype=dtype, device=device)
+
+    def shifted(t: torch.Tensor) -> torch.Tensor:
+        buf = torch.zeros(t.numel() + offset, dtype=t.dtype, device=t.device)
+        view = buf[offset:].view_as(t)
+        view.copy_(t)
+        assert view.is_contiguous() and view.storage_offset() == offset
+        return view
+
+    moved = dataclasses.replace(qw, scales=shifted(qw.scales), zeros=shifted(qw.zeros))
+    for m in (1, 16, 40):
+        a = make_a(m, k, dtype, device)
+        out = moved.gemm(a)
+        assert_gemm_close(out, qw, a, None)
+        torch.testing.assert_close(out, qw.gemm(a), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -536,6 +564,7 @@ CUDA_PATH_TESTS = (
     "test_act_order",
     "test_bias",
     "test_noncontiguous_a",
+    "test_group_rows_odd_n_and_offset",
 )
 # Rerun per path apart from the value tests: capture needs the caching
 # allocator, which the compute-sanitizer runs turn off.

@@ -11,8 +11,10 @@
 //   A fragment (rows 16 w .. 16 w + 15), and dequantizes it with the group's
 //   scale and zero into T (W = (q - z) * s rounded to T, the rounding of the
 //   tc and dequant paths).
-// - Scales and zeros ride one k-tile ahead in registers (GroupRaw, coalesced
-//   loads) and reach the two rows of a lane's fragment by shuffles.
+// - Scales and zeros arrive in the stage with the weights (GroupRows: the
+//   k-tile's group rows of the block's columns, copied by the producer), so
+//   no global load sits on a consumer's per-k-tile path; a lane reads the
+//   two rows of its fragment from there.
 // - Epilogue: accumulator (column n, token) -> out[token][n] + bias, rounded
 //   once, or this split's fp32 workspace slice (the caller reduces).
 #pragma once
@@ -26,13 +28,12 @@
 #include "cuda/sm90_utils.cuh"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
-#include "quantization/w4a16/cuda/w4a16_tc_gemm.cuh"
+#include "quantization/w4a16/cuda/w4a16_wgmma.h"
 
 namespace vllm_myops::w4a16::wgmma::tile {
 
 namespace layout = cuda_layout;
 using dev::GemmArgs;
-using dev::GroupRaw;
 
 constexpr int kTileBytes = layout::kTileWords * 4;  // one packed n-tile k-tile
 static_assert(layout::kTileK * 2 == sm90::kSwizzleRowBytes,
@@ -50,33 +51,45 @@ struct TokenTile {
   static_assert(kActBytes % sm90::kSwizzleAtomBytes == 0, "whole atoms");
 };
 
+// A stage's group rows: for each half h of the k-tile (k16 steps 2h, 2h + 1)
+// the scales, then the zero codes, of the block's kWarpgroups n-tiles (64
+// columns each, from the block's first column; 0 past N), as T bits. Groups
+// of 64 rows or more cover the whole k-tile: half 0 only, read for both.
+struct GroupRows {
+  static constexpr int kCols = kWarpgroups * layout::kTileN;
+  static constexpr int kBytes = 2 * 2 * kCols * 2;
+  // Element offset of (half, scales = 0 / zeros = 1) in the area.
+  __host__ __device__ static constexpr int row(int half, int zeros) {
+    return (2 * half + zeros) * kCols;
+  }
+  __device__ static int halves(const GemmArgs& p) {
+    return p.group_size < layout::kTileK ? 2 : 1;
+  }
+};
+
 // Scale and base + zero of the two rows of a lane's A fragment (columns
-// 16 w + g and 16 w + 8 + g of the n-tile), each as a pair of equal halves.
+// 16 w + g and 16 w + 8 + g of warpgroup wg's n-tile), each as a pair of
+// equal halves.
 struct RowGroups {
   uint32_t zb[2];
   uint32_t s[2];
 };
 
-// From the raw pairs of load_group (lane c / 2 holds column c). Whole warp.
 template <typename T>
 __device__ __forceinline__ RowGroups row_groups(const GemmArgs& p,
-                                                const GroupRaw& gr, int warp,
-                                                int lane) {
+                                                const uint16_t* area, int half,
+                                                int wg, int warp, int lane) {
   constexpr uint32_t kBaseBits = dev::MmaType<T>::kExponent & 0xffffu;
-  const int g = lane / 4;
-  const int half_shift = 16 * (g % 2);
   RowGroups out;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int src = 8 * warp + 4 * h + g / 2;
-    const uint32_t sv =
-        (__shfl_sync(0xffffffffu, gr.s2, src) >> half_shift) & 0xffffu;
+    const int col = wg * layout::kTileN + 16 * warp + lane / 4 + 8 * h;
+    const uint32_t sv = area[GroupRows::row(half, 0) + col];
     out.s[h] = sv | (sv << 16);
     // Zero codes are stored as T; base + z is exact in T's bits.
     uint32_t zcode = 8;
     if (p.zeros != nullptr) {
-      const uint32_t zv =
-          (__shfl_sync(0xffffffffu, gr.z2, src) >> half_shift) & 0xffffu;
+      const uint32_t zv = area[GroupRows::row(half, 1) + col];
       zcode = static_cast<uint32_t>(
           __float2int_rn(cuda::to_float(dev::from_bits<T>(zv))));
     }
@@ -152,25 +165,18 @@ __device__ __forceinline__ void store_tile(
       }
 }
 
-// k-tile kt's A fragments from `words` (the warpgroup's packed weight tile
-// in shared memory): the scales and zeros of `gr` (k-tile kt's groups) to
-// rows, then gr refilled with k-tile kt + 1's when `load_next` (the loads
-// ride under the wgmma in flight).
+// A k-tile's A fragments for warpgroup wg from its stage: `words` (its
+// packed weight tile) and `area` (the stage's GroupRows).
 template <typename T>
 __device__ __forceinline__ void dequant_tile(const GemmArgs& p,
-                                             const uint32_t* words, int warp,
-                                             int lane, int n0, int kt,
-                                             bool load_next, GroupRaw (&gr)[2],
+                                             const uint32_t* words,
+                                             const uint16_t* area, int wg,
+                                             int warp, int lane,
                                              uint32_t (&a)[layout::kSteps][4]) {
-  // Groups of 64 rows or more cover the whole k-tile (load_tile_groups
-  // then holds one group twice): convert it once.
-  const RowGroups rg0 = row_groups<T>(p, gr[0], warp, lane);
-  const RowGroups rg[2] = {rg0, p.group_size < layout::kTileK
-                                    ? row_groups<T>(p, gr[1], warp, lane)
+  const RowGroups rg0 = row_groups<T>(p, area, 0, wg, warp, lane);
+  const RowGroups rg[2] = {rg0, GroupRows::halves(p) == 2
+                                    ? row_groups<T>(p, area, 1, wg, warp, lane)
                                     : rg0};
-  if (load_next) {
-    w4a16::tc_gemm::load_tile_groups<2>(p, kt + 1, 0, n0, lane, gr);
-  }
 #pragma unroll
   for (int s = 0; s < layout::kSteps; ++s) {
     dequant_step<T>(words[s * 128 + lane * 4 + warp], rg[s / 2], a[s]);

@@ -4,7 +4,7 @@
 // "wgmma_tma", out^T = W^T a^T (cuda/w4a16_wgmma.h says why; fragments,
 // dequant, the wgmma k-tile and the epilogue are cuda/w4a16_wgmma_tile.cuh).
 // Tiles: two consumer warpgroups, one 64-column layout n-tile each; token
-// tiles of 16 / 32 / 64 / 128 (wgmma's N side); 64 k per stage.
+// tiles of 16 / 32 / 64 / 128 / 256 (wgmma's N side); 64 k per stage.
 //
 // - A producer warp (warp 4 kWarpgroups, after the consumer warpgroups) fills
 //   kStages stages. Per k-tile one elected lane issues the activation tile by
@@ -56,15 +56,16 @@ using dev::GemmArgs;
 using tile::kTileBytes;
 
 constexpr int kConsumerWarps = 4 * kWarpgroups;
-constexpr int kTmaThreads = 32 * (kConsumerWarps + 1);
+// setmaxnreg of the builds that reallocate: 128 x 40 + 256 x 232 <= 64 K.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kTileQuads = layout::kTileWords / 4;
 
 // Stages: at least ~24 KB of weight tiles in flight per block at the small
-// token tiles, fewer at the large ones, where
-// the activation tile dominates a stage. Two resident blocks where the
-// registers allow (one block's epilogue and pipeline fill run beside the
-// other's mainloop); the 128-token tile needs more than two blocks' share
-// (its two accumulator sets), so one.
+// token tiles, fewer at the large ones, where the activation tile dominates a
+// stage. Two resident blocks where the registers allow (one block's epilogue
+// and pipeline fill run beside the other's mainloop); the 128- and 256-token
+// tiles need more than two blocks' share (their 2 and 4 accumulator sets),
+// so one.
 // A stage: activations, the block's weight tiles, then its group rows.
 template <int kBN>
 struct Config : tile::TokenTile<kBN> {
@@ -72,7 +73,13 @@ struct Config : tile::TokenTile<kBN> {
   static constexpr int kGroupOffset = kActBytes + kWarpgroups * kTileBytes;
   static constexpr int kStageBytes = kGroupOffset + tile::GroupRows::kBytes;
   static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
-  static constexpr int kMinBlocks = kBN == 128 ? 1 : 2;
+  static constexpr int kMinBlocks = kBN >= 128 ? 1 : 2;
+  // The 256-token tile's four accumulator sets need more registers than an
+  // even share of the file: its producer is a whole warpgroup (one warp
+  // works) that gives registers back to the consumers (kProducerRegs,
+  // kConsumerRegs). The others: one producer warp, no reallocation.
+  static constexpr bool kRealloc = kBN == 256;
+  static constexpr int kThreads = 32 * kConsumerWarps + (kRealloc ? 128 : 32);
   // Stages from a 1024-byte boundary (the swizzle atom; the TMA box and the
   // descriptors need it), then the full and empty barriers.
   static constexpr int kBarrierOffset = kStages * kStageBytes;
@@ -182,7 +189,8 @@ __device__ __forceinline__ const uint16_t* groups_of(const uint8_t* stage) {
 // Grid (token tile, column block, K-split), token tiles fastest: the blocks
 // that read the same weight tiles run together (all but one hit L2).
 template <typename T, int kBN>
-__global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
+__global__ void __launch_bounds__(Config<kBN>::kThreads,
+                                  Config<kBN>::kMinBlocks)
     w4a16_wgmma_tma_kernel(const __grid_constant__ CUtensorMap act_map,
                            const GemmArgs p) {
   using C = Config<kBN>;
@@ -208,13 +216,15 @@ __global__ void __launch_bounds__(kTmaThreads, Config<kBN>::kMinBlocks)
   }
   __syncthreads();
 
-  if (warp_id == kConsumerWarps) {
-    if (count > 0) {
+  if (warp_id >= kConsumerWarps) {
+    if constexpr (C::kRealloc) sm90::setmaxnreg_dec<kProducerRegs>();
+    if (warp_id == kConsumerWarps && count > 0) {
       produce<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0, count, lane);
     }
     return;
   }
 
+  if constexpr (C::kRealloc) sm90::setmaxnreg_inc<kConsumerRegs>();
   const int wg = warp_id / 4, warp = warp_id % 4;
   const int n0 = (nt0 + wg) * layout::kTileN;
   // Warpgroup-uniform: whether its n-tile exists.
@@ -318,7 +328,7 @@ void launch_tile(const GemmArgs& args, cudaStream_t stream) {
   const int n_tiles = (args.n + layout::kTileN - 1) / layout::kTileN;
   const dim3 grid((args.m + kBN - 1) / kBN,
                   (n_tiles + kWarpgroups - 1) / kWarpgroups, args.splits);
-  kKernel<<<grid, kTmaThreads, C::kSmemBytes, stream>>>(map, args);
+  kKernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(map, args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -330,7 +340,7 @@ int resident_blocks_of() {
     cuda::allow_dynamic_smem<kKernel>(C::kSmemBytes);
     int b = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &b, kKernel, kTmaThreads, C::kSmemBytes));
+        &b, kKernel, C::kThreads, C::kSmemBytes));
     return b > 1 ? b : 1;
   }();
   return blocks;

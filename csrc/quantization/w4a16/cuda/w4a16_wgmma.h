@@ -6,7 +6,7 @@
 //
 // The problem is computed transposed, out^T [N, M] = W^T [N, K] a^T [K, M],
 // so that N (thousands) is wgmma's M side and the tokens are its N side
-// (16 .. 128 per tile, not mostly padding at small M). A warpgroup owns one
+// (16 .. 256 per tile, not mostly padding at small M). A warpgroup owns one
 // 64-column layout n-tile of W: the packed word of k16 step s that lane l of
 // warp w reads (cuda/w4a16_layout.cuh, pair p = w) is exactly its A
 // fragment, dequantized in registers; the activations are the shared-memory
@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/env_choice.h"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
 
 namespace vllm_myops::w4a16::wgmma {
@@ -28,10 +29,24 @@ constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kBlockN = 64 * kWarpgroups;  // out columns per block
 
-// Token tile (wgmma N, or two n64 instructions at 128) for M tokens: the
-// smallest that holds them, 128 above 64.
+// The largest token tile: 256 unless VLLM_MYOPS_W4A16_WGMMA_TILE=128 (read
+// once; a temporary A/B value: whoever measures 256 against 128 above M =
+// 128 removes the loser).
+inline int max_token_tile() {
+  static const int tile = env::choice("VLLM_MYOPS_W4A16_WGMMA_TILE", 256,
+                                      {{"128", 128}, {"256", 256}});
+  return tile;
+}
+
+// Token tile (wgmma N up to 64; 2 or 4 n64 instructions at 128 and 256) for
+// M tokens: the smallest that holds them, the largest above it.
 inline int token_tile(int64_t m) {
-  return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
+  const int t = m <= 16    ? 16
+                : m <= 32  ? 32
+                : m <= 64  ? 64
+                : m <= 128 ? 128
+                           : 256;
+  return t < max_token_tile() ? t : max_token_tile();
 }
 
 // f(std::integral_constant<int, kBN>{}) for the token tile of M tokens: the
@@ -45,8 +60,10 @@ decltype(auto) with_token_tile(int64_t m, F&& f) {
       return f(std::integral_constant<int, 32>{});
     case 64:
       return f(std::integral_constant<int, 64>{});
-    default:
+    case 128:
       return f(std::integral_constant<int, 128>{});
+    default:
+      return f(std::integral_constant<int, 256>{});
   }
 }
 

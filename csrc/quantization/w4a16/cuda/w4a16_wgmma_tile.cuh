@@ -40,8 +40,8 @@ static_assert(layout::kTileK * 2 == sm90::kSwizzleRowBytes,
               "a k-tile's activation row is one 128-byte swizzle row");
 
 // The wgmma shape of a token tile of kBN tokens (wgmma's N side): one
-// instruction of N = kBN up to 64, two of 64 at 128. The activation tile is
-// kBN rows of 64 k in the 128-byte swizzle (the K-major B operand).
+// instruction of N = kBN up to 64, kBN / 64 of N = 64 above. The activation
+// tile is kBN rows of 64 k in the 128-byte swizzle (the K-major B operand).
 template <int kBN>
 struct TokenTile {
   static constexpr int kInstN = kBN < 64 ? kBN : 64;  // wgmma N

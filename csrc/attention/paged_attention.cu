@@ -217,10 +217,9 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     // prefill_m128 folds the scale into its exponent after the row max:
     // scale > 0 only.
     const PrefillPath path = prefill_path();
-    // Forced wgmma / wgmma_overlap where it cannot run falls back to
-    // auto's choice.
-    const bool wgmma_overlap = path == PrefillPath::kWgmmaOverlap;
-    const bool wgmma = (path == PrefillPath::kWgmma || wgmma_overlap) &&
+    // Forced wgmma / wgmma_overlap / wgmma_pingpong where it cannot run
+    // falls back to auto's choice.
+    const bool wgmma = prefill_path_is_wgmma(path) &&
                        prefill_wgmma_supports(D) && p.scale_log2 > 0.f &&
                        prefill_wgmma_available();
     const bool want_m128 = path == PrefillPath::kM128 ||
@@ -239,7 +238,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     if constexpr (prefill_wgmma_supports(D)) {
       if (wgmma) {
         launch_prefill_wgmma<T, D>(p, sh.num_seqs, sh.num_kv_heads, row_tiles,
-                                   wgmma_overlap, stream);
+                                   wgmma_mainloop(path), stream);
         return;
       }
     }

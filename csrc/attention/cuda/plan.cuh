@@ -51,19 +51,31 @@ inline int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
 // dim), prefill_m128 (128 rows per CTA, 32 per warp, D 64 / 128 only; D =
 // 256 always runs prefill_m64) or prefill_wgmma (128 rows per CTA, two
 // consumer warpgroups on wgmma, sm_90a, D 64 / 128). Forced per process by
-// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma|wgmma_overlap (read
-// once); unset or "auto" chooses between m64 and m128 by head dim and
-// query length (prefill_m128_by_default): auto never takes wgmma, which has
-// not been measured yet. wgmma_overlap is prefill_wgmma with the overlapped
-// consumer mainloop (prefill_wgmma_overlap.cuh), a temporary value offered
-// for the A/B against wgmma: whoever measures the two removes the loser
-// (the value, or the serial mainloop and the kernel's kOverlap switch).
-// prefill_m128 and prefill_wgmma need scale > 0; other scales run
-// prefill_m64. Forced wgmma / wgmma_overlap where it cannot run (a build
-// without sm_90a, a device other than compute capability 9.0, D = 256)
-// runs what auto would choose, as forced m128 at D = 256 runs prefill_m64.
-// Any other value is refused, naming the variable and the values it takes.
-enum class PrefillPath { kAuto, kM64, kM128, kWgmma, kWgmmaOverlap };
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma|wgmma_overlap|
+// wgmma_pingpong (read once); unset or "auto" chooses between m64 and m128
+// by head dim and query length (prefill_m128_by_default): auto never takes
+// any wgmma value, none has been measured enough yet. wgmma_overlap is
+// prefill_wgmma with the overlapped consumer mainloop
+// (prefill_wgmma_overlap.cuh), a temporary value offered for the A/B
+// against wgmma: whoever measures the two removes the loser (the value, or
+// the serial mainloop and the kernel's kOverlap switch). wgmma_pingpong is
+// the overlapped mainloop with the two consumer warpgroups taking turns on
+// the tensor cores (FA3's ping-pong; the kernel's kPingpong), temporary
+// too, offered for the A/B against wgmma_overlap (the loser goes: the
+// value, or the kPingpong switch). prefill_m128 and prefill_wgmma need
+// scale > 0; other scales run prefill_m64. Forced wgmma / wgmma_overlap /
+// wgmma_pingpong where it cannot run (a build without sm_90a, a device
+// other than compute capability 9.0, D = 256) runs what auto would choose,
+// as forced m128 at D = 256 runs prefill_m64. Any other value is refused,
+// naming the variable and the values it takes.
+enum class PrefillPath {
+  kAuto,
+  kM64,
+  kM128,
+  kWgmma,
+  kWgmmaOverlap,
+  kWgmmaPingpong
+};
 
 inline PrefillPath prefill_path() {
   static const PrefillPath path =
@@ -72,8 +84,24 @@ inline PrefillPath prefill_path() {
                    {"m128", PrefillPath::kM128},
                    {"wgmma", PrefillPath::kWgmma},
                    // Offered for the A/B against wgmma (see above).
-                   {"wgmma_overlap", PrefillPath::kWgmmaOverlap}});
+                   {"wgmma_overlap", PrefillPath::kWgmmaOverlap},
+                   // Offered for the A/B against wgmma_overlap (see above).
+                   {"wgmma_pingpong", PrefillPath::kWgmmaPingpong}});
   return path;
+}
+
+// Whether a forced value is one of prefill_wgmma's, and which consumer
+// mainloop it runs (prefill_wgmma.cuh: serial, overlapped, overlapped with
+// the ping-pong).
+enum class WgmmaMainloop { kSerial, kOverlap, kPingpong };
+constexpr bool prefill_path_is_wgmma(PrefillPath path) {
+  return path == PrefillPath::kWgmma || path == PrefillPath::kWgmmaOverlap ||
+         path == PrefillPath::kWgmmaPingpong;
+}
+constexpr WgmmaMainloop wgmma_mainloop(PrefillPath path) {
+  return path == PrefillPath::kWgmmaPingpong  ? WgmmaMainloop::kPingpong
+         : path == PrefillPath::kWgmmaOverlap ? WgmmaMainloop::kOverlap
+                                              : WgmmaMainloop::kSerial;
 }
 
 // Head dims prefill_wgmma is built for, and its rows per CTA (the row
@@ -104,10 +132,10 @@ void launch_prefill_m128(const Params& p, int64_t num_seqs,
 // tiles of kPrefillWgmmaRows) and checks the launch; defined only in builds
 // with sm_90a (VLLM_MYOPS_WITH_SM90A), and the caller must be on a device
 // of compute capability 9.0. T: __half or __nv_bfloat16; D: 64 or 128;
-// overlap: the overlapped consumer mainloop (PrefillPath::kWgmmaOverlap).
+// mainloop: the consumer mainloop (wgmma_mainloop of the forced value).
 template <typename T, int D>
 void launch_prefill_wgmma(const Params& p, int64_t num_seqs,
-                          int64_t num_kv_heads, int64_t row_tiles, bool overlap,
-                          cudaStream_t stream);
+                          int64_t num_kv_heads, int64_t row_tiles,
+                          WgmmaMainloop mainloop, cudaStream_t stream);
 
 }  // namespace vllm_myops::attention_cuda

@@ -23,8 +23,10 @@
 //   kOverlap: the serial one (prefill_wgmma_mainloop.cuh: S, softmax, P V
 //   in series, each waited for) and the overlapped one
 //   (prefill_wgmma_overlap.cuh: S of tile t + 1 runs during the softmax of
-//   tile t), offered for the A/B against it. The two consumer warpgroups
-//   are not ping-ponged (docs/attention/design.md).
+//   tile t), offered for the A/B against it; with kPingpong as well
+//   (the overlapped loop only), the two consumer warpgroups take turns on
+//   the tensor cores (two named barriers; its protocol and invariant in
+//   prefill_wgmma_overlap.cuh), offered for the A/B against the overlap.
 // * Causal: the CTA's keys are [0, kv_end), kv_end = 1 + the limit of its
 //   last row; a warpgroup stops after the tile holding its own last row's
 //   limit (tiles wholly masked for it are not computed) and masks only
@@ -63,7 +65,7 @@ __device__ __forceinline__ void prefill_wgmma_store(
     const float (&o)[PrefillWgmmaTraits<D>::kOAcc]) {
   using C = PrefillWgmmaTraits<D>;
   constexpr int kRowChunks = D / 8;
-  sm90::named_barrier_sync(1 + wg, 128);
+  sm90::named_barrier_sync(C::kStoreBarrier0 + wg, 128);
   const int wrow = wg * C::kWgRows + warp * 16;  // the warp's first CTA row
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -102,23 +104,22 @@ __device__ __forceinline__ void prefill_wgmma_store(
 }
 
 // A consumer warpgroup's work: its tiles (the serial or, with kOverlap,
-// the overlapped mainloop), the epilogue, then the release of the tiles
-// only the other warpgroup needs (wait `full` first: that keeps each
-// arrival in its own phase of `empty`).
-template <typename T, int D, bool kOverlap>
+// the overlapped mainloop; with kPingpong its rounds take turns with the
+// other warpgroup's), the epilogue, then the release of the tiles only the
+// other warpgroup needs (wait `full` first: that keeps each arrival in its
+// own phase of `empty`).
+template <typename T, int D, bool kOverlap, bool kPingpong>
 __device__ __forceinline__ void prefill_wgmma_consume(
     const Params& p, const WgmmaCtaInfo& ci, unsigned char* q_smem,
     uint32_t kv_base, uint64_t* full, uint64_t* empty, uint64_t* q_full, int wg,
     int warp, int lane) {
   using C = PrefillWgmmaTraits<D>;
+  const WgmmaTurns<D, kPingpong> turns =
+      wgmma_turns<D, kPingpong>(ci, p.group, wg);
+  turns.start();  // before any wait (the ping-pong's invariant)
   const WgmmaConsumer c{
       &p, &ci, tc::smem_addr(q_smem), kv_base, full, empty, wg, warp, lane};
-  const int wg_row0 = ci.row0 + wg * C::kWgRows;
-  int n_mine = 0;  // tiles this warpgroup computes
-  if (wg_row0 < ci.rows_total) {
-    const int last = min(wg_row0 + C::kWgRows, ci.rows_total) - 1;
-    n_mine = wgmma_row_lim(ci, p.group, last) / C::kTileN + 1;
-  }
+  const int n_mine = wgmma_tiles_of<D>(ci, p.group, wg);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[C::kOAcc];
 #pragma unroll
@@ -126,7 +127,8 @@ __device__ __forceinline__ void prefill_wgmma_consume(
   if (n_mine > 0) {
     sm90::mbar_wait(q_full, 0);
     if constexpr (kOverlap) {
-      prefill_wgmma_mainloop_overlap<T, D>(c, n_mine, m, l, o);
+      prefill_wgmma_mainloop_overlap<T, D, kPingpong>(c, turns, n_mine, m, l,
+                                                      o);
     } else {
       prefill_wgmma_mainloop_serial<T, D>(c, n_mine, m, l, o);
     }
@@ -139,11 +141,14 @@ __device__ __forceinline__ void prefill_wgmma_consume(
 }
 
 // Grid (B, H_kv, row tiles of kRows), kThreads threads; scale_log2 > 0.
-// kOverlap: the overlapped consumer mainloop (prefill_wgmma_overlap.cuh).
-template <typename T, int D, bool kOverlap>
+// kOverlap: the overlapped consumer mainloop (prefill_wgmma_overlap.cuh);
+// kPingpong: its ping-pong between the consumer warpgroups (same file).
+template <typename T, int D, bool kOverlap, bool kPingpong>
 __global__ void __launch_bounds__(PrefillWgmmaTraits<D>::kThreads, 1)
     prefill_wgmma_kernel(const Params p) {
   using C = PrefillWgmmaTraits<D>;
+  static_assert(kOverlap || !kPingpong,
+                "the ping-pong is built on the overlapped mainloop");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem =
       smem_raw + ((1024u - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -184,7 +189,7 @@ __global__ void __launch_bounds__(PrefillWgmmaTraits<D>::kThreads, 1)
                                 empty, q_full, threadIdx.x);
   } else {
     sm90::setmaxnreg_inc<C::template consumer_regs<kOverlap>()>();
-    prefill_wgmma_consume<T, D, kOverlap>(
+    prefill_wgmma_consume<T, D, kOverlap, kPingpong>(
         p, ci, q_smem, kv_base, full, empty, q_full, wg - 1,
         (threadIdx.x / 32) % 4, threadIdx.x % 32);
   }

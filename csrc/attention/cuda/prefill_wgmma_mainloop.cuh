@@ -32,6 +32,18 @@ __device__ __forceinline__ int wgmma_row_lim(const WgmmaCtaInfo& ci, int G,
   return rg >= ci.rows_total ? ci.kv_end - 1 : ci.ctx0 + rg / G;
 }
 
+// The tiles consumer warpgroup wg computes, [0, n): up to the tile holding
+// its last row's limit; 0 if all its rows are past rows_total.
+template <int D>
+__device__ __forceinline__ int wgmma_tiles_of(const WgmmaCtaInfo& ci, int G,
+                                              int wg) {
+  using C = PrefillWgmmaTraits<D>;
+  const int wg_row0 = ci.row0 + wg * C::kWgRows;
+  if (wg_row0 >= ci.rows_total) return 0;
+  const int last = min(wg_row0 + C::kWgRows, ci.rows_total) - 1;
+  return wgmma_row_lim(ci, G, last) / C::kTileN + 1;
+}
+
 // What a consumer warpgroup's mainloop needs beside its accumulators: the
 // CTA, the shared-memory bases, the barriers and the thread's place.
 struct WgmmaConsumer {

@@ -34,6 +34,13 @@ struct PrefillWgmmaTraits {
   static constexpr int kWgRows = 64;      // the wgmma M
   static constexpr int kRows = kConsumerWgs * kWgRows;  // rows per CTA
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  // Named barriers (hardware ids; 0 is __syncthreads): the epilogue's, one
+  // per consumer warpgroup (128 threads), then the ping-pong's turn
+  // barriers, one per consumer warpgroup (both warpgroups, 256 threads;
+  // prefill_wgmma_overlap.cuh).
+  static constexpr int kStoreBarrier0 = 1;
+  static constexpr int kTurnBarrier0 = kStoreBarrier0 + kConsumerWgs;
+  static_assert(kTurnBarrier0 + kConsumerWgs <= 16, "16 named barriers");
   static constexpr int kProducerWarps = 4;  // warpgroup 0
   static constexpr int kTileN = 128;        // tokens per K/V tile (S's N)
   static constexpr int kKS = D / 16;        // k16 steps of Q K^T

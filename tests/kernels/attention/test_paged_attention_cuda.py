@@ -19,8 +19,8 @@ the device-parametrized tests in test_paged_attention.py do not reach:
 - the prefill kernels' tile edges (row tiles of 64 / 128 packed (token, q
   head) rows, 64-token KV tiles (128 for prefill_wgmma), block sizes below,
   at and above a tile), and each prefill kernel
-  (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128 / wgmma / wgmma_overlap)
-  on every prefill test, rerun in a subprocess.
+  (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128 / wgmma / wgmma_overlap /
+  wgmma_pingpong) on every prefill test, rerun in a subprocess.
 """
 
 from __future__ import annotations
@@ -456,10 +456,10 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
 # Every value VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces (also read by
-# tools/gpu/device_session.sh's `paths` stage). wgmma_overlap: prefill_wgmma
-# with its overlapped consumer mainloop, offered for the A/B against wgmma
-# (the loser is removed by whoever measures the two).
-PREFILL_PATHS = ("m64", "m128", "wgmma", "wgmma_overlap")
+# tools/gpu/device_session.sh's `paths` stage). wgmma_overlap (vs wgmma) and
+# wgmma_pingpong (vs wgmma_overlap) are temporary A/B values of prefill_wgmma
+# (the loser of each is removed by whoever measures them).
+PREFILL_PATHS = ("m64", "m128", "wgmma", "wgmma_overlap", "wgmma_pingpong")
 
 
 @needs_cuda
@@ -471,7 +471,10 @@ def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
     under every value); wgmma: the sm_90a wgmma kernel (prefill_wgmma) at
     D 64 / 128 on a compute capability 9.0 device (elsewhere auto's
     choice); wgmma_overlap: the same with its overlapped mainloop (S of the
-    next tile and P V of this one in flight during the softmax). The default run covers
+    next tile and P V of this one in flight during the softmax);
+    wgmma_pingpong: that with the two consumer warpgroups taking turns on
+    the tensor cores (named barriers; neither may hang when they have
+    different tile counts). The default run covers
     only the default path; these reruns hold each to the same fp64
     reference and tolerance on every test with prefill rows."""
     common = " or ".join(PREFILL_PATH_TESTS_COMMON)

@@ -18,10 +18,13 @@
 //   ahead, as its weights do: the consumers' per-k-tile path has no global
 //   load on it.
 // - The consumer warpgroups wait on `full`, never on each other: no block
-//   barrier in the mainloop. A warpgroup releases a stage (one arrival on
-//   its `empty` mbarrier, after a named barrier of its 128 threads) once the
-//   wgmma that read its activations completed; its weight words and group
-//   rows were read (dequantized) one k-tile earlier.
+//   barrier in the mainloop. Every consumer thread releases a stage (one
+//   arrival on its `empty` mbarrier, counted for all of them) after its own
+//   reads of it: its weight words and group rows were read (dequantized) one
+//   k-tile earlier, and its wait for the warpgroup's wgmma covers the
+//   activations. Each reader releasing for itself is the form
+//   compute-sanitizer's racecheck follows (one arrival per warp or per
+//   warpgroup after a warp or named barrier is reported as a hazard).
 // - Per k-tile i the consumers issue wgmma(i) on the fragments dequantized
 //   in the previous iteration, wait for stage i + 1 and dequantize it under
 //   the wgmma, then wait for wgmma(i) and release stage i.
@@ -210,7 +213,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
     for (int s = 0; s < C::kStages; ++s) {
       // The producer's arrive_expect_tx and its 32 lanes' group-row arrivals.
       sm90::mbar_init(&full[s], 1 + 32);
-      sm90::mbar_init(&empty[s], kWarpgroups);
+      sm90::mbar_init(&empty[s], 32 * kConsumerWarps);
     }
     sm90::fence_barrier_init();
   }
@@ -263,11 +266,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
       for (int u = 0; u < C::kSub; ++u) sm90::fence_operands(acc[u]);
 #pragma unroll
       for (int st = 0; st < layout::kSteps; ++st) sm90::fence_operands(a[st]);
-      // The warpgroup's reads of the stage (every lane's weight words, the
-      // completed wgmma's activations) end at its named barrier; then one
-      // thread's release orders them all before the refill.
-      sm90::named_barrier_sync(1 + wg, 128);
-      if (warp == 0 && lane == 0) sm90::mbar_arrive(&empty[s]);
+      sm90::mbar_arrive(&empty[s]);
       if (i + 1 < count) {
 #pragma unroll
         for (int st = 0; st < layout::kSteps; ++st)

@@ -316,6 +316,20 @@ bool aligned16(const void* p) {
 }
 
 // ---- The Hopper path (cuda/w4a16_wgmma.h) -----------------------------------
+// Whether "auto" may take it: a build with the sm_90a kernels, a device of
+// compute capability 9.0 (its properties are cached by torch) and N within
+// the grid's column blocks (the limit run_wgmma_gemm checks).
+bool wgmma_available(const w4a16::GemmShape& shape) {
+#if defined(VLLM_MYOPS_WITH_SM90A)
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  return prop->major == 9 && prop->minor == 0 &&
+         w4a16::ceil_div(shape.n_tiles, w4a16::wgmma::kWarpgroups) <= 65535;
+#else
+  (void)shape;
+  return false;
+#endif
+}
+
 // K splits by choose_wgmma_splits: only a grid under one wave is split, at
 // least one pipeline of k-tiles per split, the workspace kept small. The
 // activation's tensor map needs a 16-byte aligned base and a row stride of a
@@ -441,7 +455,7 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
   const at::Tensor a_rows = w4a16::unit_stride_rows(a);
 
   const bool is_half = a.scalar_type() == at::kHalf;
-  const CudaPath path = cuda_path_for(shape.m);
+  const CudaPath path = cuda_path_for(shape.m, wgmma_available(shape));
   if (path == CudaPath::kDequant) {
     // cuBLAS's kernel choice depends on the operands' layout: a strided a
     // (row stride not a multiple of 8 elements) gave sums that differ in the

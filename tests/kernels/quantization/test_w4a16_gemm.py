@@ -625,12 +625,12 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     64-row build of 4 / 8 warps at every M; dequant: dequantize +
     cuBLAS at every M, M = 1 included; wgmma_tma: the Hopper kernel (weight
     dequantized in registers as wgmma's A operand, activations the
-    shared-memory B operand, token tiles 16 .. 128; a producer warp loads
-    the activations by TMA through a tensor map and the weight tiles by bulk
-    copy into mbarrier stages; strided or misaligned rows through an aligned
-    copy) at every M. The paths "auto" can take are offered, and the Hopper
-    one before auto takes it
-    (docs/quantization/design.md). The default run
+    shared-memory B operand, token tiles 16 .. 256; a producer warp loads
+    the activations by TMA through a tensor map, the weight tiles by bulk
+    copy and the group rows by cp.async into mbarrier stages; strided or
+    misaligned rows through an aligned copy) at every M. Only the paths
+    "auto" can take are offered (docs/quantization/design.md: auto takes
+    wgmma_tma on Hopper from M = 17 to 1024). The default run
     covers each path only in its own M range; these reruns hold every path
     to the same fp64 reference and tolerance at every M of the tests."""
     _skip_unless_runnable(path)

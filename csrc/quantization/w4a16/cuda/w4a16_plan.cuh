@@ -23,6 +23,10 @@
 //                            (cuda/w4a16_dequant.cuh), then cuBLAS through
 //                            at::mm / at::addmm ("dequant"), so large M is
 //                            never much slower than bf16.
+//   On Hopper (a build with the sm_90a kernels, a device of compute
+//   capability 9.0), kRingMaxM < M <= kWgmmaMaxM runs the warp-specialized
+//   wgmma kernel instead of tc / dequant ("wgmma_tma",
+//   csrc/sm90a/w4a16_wgmma_tma.cu).
 // Split-K: when the blocks of one K pass leave the GPU poorly filled, K is
 // split across blocks: each split writes its fp32 partial to its own slice
 // of a workspace (caching allocator, no memset) and a second kernel
@@ -59,6 +63,10 @@ constexpr int64_t kRingMaxM = 16;
 // runs at cuBLAS's rate: 160 is where the two tie on the benchmark's shapes
 // (bf16, g128; docs/quantization/log/).
 constexpr int64_t kTcMaxM = 160;
+// Largest M the Hopper kernel takes under "auto": up to here it beat tc and
+// dequant + cuBLAS on the benchmark's shapes (bf16, g128); above it cuBLAS on
+// the dequantized weight is faster (docs/quantization/log/).
+constexpr int64_t kWgmmaMaxM = 1024;
 
 // VLLM_MYOPS_W4A16_CUDA_PATH (read once) forces one path at every M, so the
 // tests cover each and the benchmark can compare them. Only paths "auto"
@@ -67,11 +75,8 @@ constexpr int64_t kTcMaxM = 160;
 // when they cannot go through the cp.async ring), "ring4"
 // (w4a16_decode_kernel), "tc" (w4a16_tc_kernel, its build by M and cost
 // model; "tc4" / "tc8": the 64-row build of 4 / 8 warps at every M) or
-// "dequant" (dequant + cuBLAS); unset or "auto" chooses by M. "wgmma_tma"
-// (the Hopper kernel: warp-specialized, TMA and mbarriers,
-// csrc/sm90a/w4a16_wgmma_tma.cu) is offered before "auto" takes it: where it
-// runs is decided by its measurements per shape class
-// (docs/quantization/log/).
+// "dequant" (dequant + cuBLAS) or "wgmma_tma" (the Hopper kernel; refused
+// on other devices); unset or "auto" chooses by M and device.
 enum class CudaPath {
   kAuto,
   kSwap,
@@ -98,11 +103,13 @@ inline CudaPath forced_cuda_path() {
   return f;
 }
 
-inline CudaPath cuda_path_for(int64_t m) {
+// `hopper`: the wgmma kernel can run here (see above).
+inline CudaPath cuda_path_for(int64_t m, bool hopper) {
   const CudaPath f = forced_cuda_path();
   if (f != CudaPath::kAuto) return f;
   if (m <= kSwapMaxM) return CudaPath::kSwap;
   if (m <= kRingMaxM) return CudaPath::kRing4;
+  if (hopper && m <= kWgmmaMaxM) return CudaPath::kWgmmaTma;
   return m < kTcMaxM ? CudaPath::kTc : CudaPath::kDequant;
 }
 

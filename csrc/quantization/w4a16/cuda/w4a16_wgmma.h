@@ -19,7 +19,6 @@
 
 #include <cuda_runtime.h>
 
-#include "core/env_choice.h"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
 
 namespace vllm_myops::w4a16::wgmma {
@@ -29,24 +28,10 @@ constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kBlockN = 64 * kWarpgroups;  // out columns per block
 
-// The largest token tile: 256 unless VLLM_MYOPS_W4A16_WGMMA_TILE=128 (read
-// once; a temporary A/B value: whoever measures 256 against 128 above M =
-// 128 removes the loser).
-inline int max_token_tile() {
-  static const int tile = env::choice("VLLM_MYOPS_W4A16_WGMMA_TILE", 256,
-                                      {{"128", 128}, {"256", 256}});
-  return tile;
-}
-
 // Token tile (wgmma N up to 64; 2 or 4 n64 instructions at 128 and 256) for
 // M tokens: the smallest that holds them, the largest above it.
 inline int token_tile(int64_t m) {
-  const int t = m <= 16    ? 16
-                : m <= 32  ? 32
-                : m <= 64  ? 64
-                : m <= 128 ? 128
-                           : 256;
-  return t < max_token_tile() ? t : max_token_tile();
+  return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : m <= 128 ? 128 : 256;
 }
 
 // f(std::integral_constant<int, kBN>{}) for the token tile of M tokens: the

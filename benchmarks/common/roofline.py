@@ -229,6 +229,29 @@ class ComputeCeiling:
         return dataclasses.asdict(self)
 
 
+def cpu_gemm_fallback(dtype: torch.dtype) -> str | None:
+    """Why this CPU's roof for `dtype` is fp32's, or None. ATen multiplies
+    bf16 / fp16 on the CPU through oneDNN only where oneDNN supports the
+    type (bf16: AVX-512 BW/VL/DQ, AVX512-BF16 or AMX); elsewhere (an AVX2
+    CPU) it runs its scalar reference loop, ~1.2 GFLOP/s on one core of the
+    AVX2 EPYC CI machine against ~74 in fp32, where one 2048^3 ceiling
+    matmul takes ~15 s. That loop is no roof: a bf16 kernel there widens to
+    fp32 and runs at the fp32 FMA rate."""
+    checks = {
+        torch.bfloat16: ("bfloat16", torch.ops.mkldnn._is_mkldnn_bf16_supported),
+        torch.float16: ("float16", torch.ops.mkldnn._is_mkldnn_fp16_supported),
+    }
+    if dtype not in checks:
+        return None
+    name, supported = checks[dtype]
+    if supported():
+        return None
+    return (
+        f"this CPU has no {name} GEMM (oneDNN {name} unsupported, ATen's "
+        "reference loop instead); its kernels widen to fp32"
+    )
+
+
 def measure_compute_ceiling(
     device: torch.device | str,
     *,
@@ -239,11 +262,15 @@ def measure_compute_ceiling(
 ) -> ComputeCeiling:
     """A square matmul's FLOP/s: bf16 n=8192 on CUDA (cuBLAS, events, median
     of `reps`); fp32 n=2048 on CPU (perf_counter, fastest of `reps`, as the
-    copy ceiling)."""
+    copy ceiling). On a CPU without a GEMM for the reduced `dtype`
+    (cpu_gemm_fallback) the roof measured is fp32's, and `method` says why."""
     device = torch.device(device)
     cuda = device.type == "cuda"
     dtype = dtype or (torch.bfloat16 if cuda else torch.float32)
     n = n or (8192 if cuda else 2048)
+    fallback = None if cuda else cpu_gemm_fallback(dtype)
+    if fallback is not None:
+        dtype = torch.float32
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
     out = torch.empty(n, n, dtype=dtype, device=device)
@@ -269,6 +296,8 @@ def measure_compute_ceiling(
             times.append((time.perf_counter() - t0) * 1e6)
         t_us = min(times)
         how = f"cpu torch.matmul ({torch.get_num_threads()} threads), fastest of {reps}"
+        if fallback is not None:
+            how += f"; float32: {fallback}"
     flops = flops_done("matmul", m=n, n=n, k=n) or 0
     return ComputeCeiling(
         flops_per_s=flops / (t_us * 1e-6),

@@ -53,12 +53,13 @@
 //   them (G <= 16); with G > 16 the prefill kernel handles decode rows too.
 //   D = 128 from 1024 query tokens (scale > 0) runs prefill_m128 instead
 //   (paged_attention_prefill_m128.cu: 128 rows per CTA, 32 per warp, same
-//   rows, masks and clamps; prefill_m128_by_default in plan.cuh), and
-//   VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128 forces one (m128: D 64 /
-//   128). =wgmma forces prefill_wgmma (sm90a/attention_prefill_wgmma.cu:
-//   FlashAttention-3-style warp-specialized wgmma kernel, sm_90a, D 64 /
-//   128; auto never chooses it yet), =wgmma_overlap the same kernel with
-//   its overlapped consumer mainloop (for the A/B against wgmma).
+//   rows, masks and clamps; prefill_m128_by_default in plan.cuh). On a
+//   compute capability 9.0 device of a build with sm_90a, D 64 / 128
+//   (scale > 0) with a grid of at least one CTA per SM runs prefill_wgmma
+//   instead of either (sm90a/attention_prefill_wgmma.cu: FlashAttention-3-
+//   style warp-specialized wgmma kernel; prefill_wgmma_by_default).
+//   VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma forces one (m128: D
+//   64 / 128; wgmma: as above, whatever the grid).
 // * Q stays in registers for D <= 128, is re-read from shared memory per tile
 //   for D = 256 (register budget: the D = 256 accumulator alone is 128 fp32
 //   registers per thread); prefill D = 256 uses 32-token tiles, S in
@@ -101,8 +102,9 @@
 //   the registers), 12 warps, ~96 KB in flight per SM (one 8 KB quarter
 //   tile ahead per warp), above the ~40 KB that HBM bandwidth x latency
 //   needs; D = 64: 4 (~64 KB in flight).
-// Prefill is compute bound: mma.sync m16n8k16 (no wgmma), FlashAttention-2
-// tiles; 128-row tiles (prefill_m128) for D = 128 at long prompts.
+// Prefill is compute bound: mma.sync m16n8k16, FlashAttention-2 tiles
+// (128-row tiles, prefill_m128, for D = 128 at long prompts); wgmma on
+// sm_90a (prefill_wgmma) where its grid fills the GPU.
 // Design: docs/attention/design.md; measurements: docs/attention/log/.
 
 #include <algorithm>
@@ -217,11 +219,16 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     // prefill_m128 folds the scale into its exponent after the row max:
     // scale > 0 only.
     const PrefillPath path = prefill_path();
-    // Forced wgmma / wgmma_overlap / wgmma_pingpong where it cannot run
-    // falls back to auto's choice.
-    const bool wgmma = prefill_path_is_wgmma(path) &&
-                       prefill_wgmma_supports(D) && p.scale_log2 > 0.f &&
-                       prefill_wgmma_available();
+    // auto takes prefill_wgmma where its grid fills the GPU; forced wgmma
+    // where it cannot run falls back to auto's other choice.
+    const bool wgmma =
+        prefill_wgmma_supports(D) && p.scale_log2 > 0.f &&
+        (path == PrefillPath::kWgmma ||
+         (path == PrefillPath::kAuto &&
+          prefill_wgmma_by_default(
+              D, sh.num_seqs, sh.num_kv_heads, max_query_len, g,
+              at::cuda::getCurrentDeviceProperties()->multiProcessorCount))) &&
+        prefill_wgmma_available();
     const bool want_m128 = path == PrefillPath::kM128 ||
                            (path != PrefillPath::kM64 &&
                             prefill_m128_by_default(D, max_query_len));
@@ -238,7 +245,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
     if constexpr (prefill_wgmma_supports(D)) {
       if (wgmma) {
         launch_prefill_wgmma<T, D>(p, sh.num_seqs, sh.num_kv_heads, row_tiles,
-                                   wgmma_mainloop(path), stream);
+                                   stream);
         return;
       }
     }

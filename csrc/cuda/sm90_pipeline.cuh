@@ -187,14 +187,4 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// One arrival of the calling warps on named barrier `id` (1..15) of
-// `threads` threads, without waiting: the producer side of a one-way
-// signal whose consumers bar.sync on the same id and count (the count is
-// the arriving threads plus the syncing ones). Warp-uniform. An arrival
-// counts toward the phase in progress: a warp that arrives again before
-// that phase completed is counted twice in it.
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 }  // namespace vllm_myops::sm90

@@ -5,10 +5,8 @@
 // and two consumer warpgroups, wgmma; D 64 and 128). Built only for sm_90a
 // (csrc/sm90a/); paged_attention.cu reaches it only in builds with sm_90a
 // (VLLM_MYOPS_WITH_SM90A) on a device of compute capability 9.0, when
-// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=wgmma (serial mainloop), wgmma_overlap
-// (the overlapped one, prefill_wgmma_overlap.cuh) or wgmma_pingpong (the
-// overlapped one with the consumer warpgroups' ping-pong) forces it
-// (plan.cuh).
+// `auto` takes it (prefill_wgmma_by_default in plan.cuh) or
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=wgmma forces it.
 
 #include <cstdint>
 
@@ -25,52 +23,29 @@
 
 namespace vllm_myops::attention_cuda {
 
-template <typename T, int D, bool kOverlap, bool kPingpong>
-void launch_prefill_wgmma_as(const Params& p, const dim3& grid,
-                             cudaStream_t stream) {
-  using C = PrefillWgmmaTraits<D>;
-  constexpr int bytes = C::kSmemBytes;
-  cuda::allow_dynamic_smem<prefill_wgmma_kernel<T, D, kOverlap, kPingpong>>(
-      bytes);
-  prefill_wgmma_kernel<T, D, kOverlap, kPingpong>
-      <<<grid, C::kThreads, bytes, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 template <typename T, int D>
 void launch_prefill_wgmma(const Params& p, int64_t num_seqs,
                           int64_t num_kv_heads, int64_t row_tiles,
-                          WgmmaMainloop mainloop, cudaStream_t stream) {
-  static_assert(PrefillWgmmaTraits<D>::kRows == kPrefillWgmmaRows,
-                "plan.cuh's row tile");
+                          cudaStream_t stream) {
+  using C = PrefillWgmmaTraits<D>;
+  static_assert(C::kRows == kPrefillWgmmaRows, "plan.cuh's row tile");
+  constexpr int bytes = C::kSmemBytes;
   const dim3 grid{unsigned(num_seqs), unsigned(num_kv_heads),
                   unsigned(row_tiles)};
-  switch (mainloop) {
-    case WgmmaMainloop::kSerial:
-      launch_prefill_wgmma_as<T, D, false, false>(p, grid, stream);
-      break;
-    case WgmmaMainloop::kOverlap:
-      launch_prefill_wgmma_as<T, D, true, false>(p, grid, stream);
-      break;
-    case WgmmaMainloop::kPingpong:
-      launch_prefill_wgmma_as<T, D, true, true>(p, grid, stream);
-      break;
-  }
+  cuda::allow_dynamic_smem<prefill_wgmma_kernel<T, D>>(bytes);
+  prefill_wgmma_kernel<T, D><<<grid, C::kThreads, bytes, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template void launch_prefill_wgmma<__half, 64>(const Params&, int64_t, int64_t,
-                                               int64_t, WgmmaMainloop,
-                                               cudaStream_t);
+                                               int64_t, cudaStream_t);
 template void launch_prefill_wgmma<__half, 128>(const Params&, int64_t, int64_t,
-                                                int64_t, WgmmaMainloop,
-                                                cudaStream_t);
+                                                int64_t, cudaStream_t);
 template void launch_prefill_wgmma<__nv_bfloat16, 64>(const Params&, int64_t,
                                                       int64_t, int64_t,
-                                                      WgmmaMainloop,
                                                       cudaStream_t);
 template void launch_prefill_wgmma<__nv_bfloat16, 128>(const Params&, int64_t,
                                                        int64_t, int64_t,
-                                                       WgmmaMainloop,
                                                        cudaStream_t);
 
 }  // namespace vllm_myops::attention_cuda

@@ -51,57 +51,24 @@ inline int choose_splits(int64_t base, int64_t max_seq_len, int64_t slots) {
 // dim), prefill_m128 (128 rows per CTA, 32 per warp, D 64 / 128 only; D =
 // 256 always runs prefill_m64) or prefill_wgmma (128 rows per CTA, two
 // consumer warpgroups on wgmma, sm_90a, D 64 / 128). Forced per process by
-// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma|wgmma_overlap|
-// wgmma_pingpong (read once); unset or "auto" chooses between m64 and m128
-// by head dim and query length (prefill_m128_by_default): auto never takes
-// any wgmma value, none has been measured enough yet. wgmma_overlap is
-// prefill_wgmma with the overlapped consumer mainloop
-// (prefill_wgmma_overlap.cuh), a temporary value offered for the A/B
-// against wgmma: whoever measures the two removes the loser (the value, or
-// the serial mainloop and the kernel's kOverlap switch). wgmma_pingpong is
-// the overlapped mainloop with the two consumer warpgroups taking turns on
-// the tensor cores (FA3's ping-pong; the kernel's kPingpong), temporary
-// too, offered for the A/B against wgmma_overlap (the loser goes: the
-// value, or the kPingpong switch). prefill_m128 and prefill_wgmma need
-// scale > 0; other scales run prefill_m64. Forced wgmma / wgmma_overlap /
-// wgmma_pingpong where it cannot run (a build without sm_90a, a device
-// other than compute capability 9.0, D = 256) runs what auto would choose,
-// as forced m128 at D = 256 runs prefill_m64. Any other value is refused,
-// naming the variable and the values it takes.
-enum class PrefillPath {
-  kAuto,
-  kM64,
-  kM128,
-  kWgmma,
-  kWgmmaOverlap,
-  kWgmmaPingpong
-};
+// VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64|m128|wgmma (read once); unset or
+// "auto" takes prefill_wgmma where it can run and its grid fills the GPU
+// (prefill_wgmma_by_default), else chooses between m64 and m128 by head
+// dim and query length (prefill_m128_by_default). prefill_m128 and
+// prefill_wgmma need scale > 0; other scales run prefill_m64. Forced wgmma
+// where it cannot run (a build without sm_90a, a device other than compute
+// capability 9.0, D = 256) runs what auto would choose there, as forced
+// m128 at D = 256 runs prefill_m64. Any other value is refused, naming the
+// variable and the values it takes.
+enum class PrefillPath { kAuto, kM64, kM128, kWgmma };
 
 inline PrefillPath prefill_path() {
   static const PrefillPath path =
       env::choice("VLLM_MYOPS_ATTENTION_CUDA_PREFILL", PrefillPath::kAuto,
                   {{"m64", PrefillPath::kM64},
                    {"m128", PrefillPath::kM128},
-                   {"wgmma", PrefillPath::kWgmma},
-                   // Offered for the A/B against wgmma (see above).
-                   {"wgmma_overlap", PrefillPath::kWgmmaOverlap},
-                   // Offered for the A/B against wgmma_overlap (see above).
-                   {"wgmma_pingpong", PrefillPath::kWgmmaPingpong}});
+                   {"wgmma", PrefillPath::kWgmma}});
   return path;
-}
-
-// Whether a forced value is one of prefill_wgmma's, and which consumer
-// mainloop it runs (prefill_wgmma.cuh: serial, overlapped, overlapped with
-// the ping-pong).
-enum class WgmmaMainloop { kSerial, kOverlap, kPingpong };
-constexpr bool prefill_path_is_wgmma(PrefillPath path) {
-  return path == PrefillPath::kWgmma || path == PrefillPath::kWgmmaOverlap ||
-         path == PrefillPath::kWgmmaPingpong;
-}
-constexpr WgmmaMainloop wgmma_mainloop(PrefillPath path) {
-  return path == PrefillPath::kWgmmaPingpong  ? WgmmaMainloop::kPingpong
-         : path == PrefillPath::kWgmmaOverlap ? WgmmaMainloop::kOverlap
-                                              : WgmmaMainloop::kSerial;
 }
 
 // Head dims prefill_wgmma is built for, and its rows per CTA (the row
@@ -111,7 +78,42 @@ constexpr bool prefill_wgmma_supports(int64_t head_dim) {
 }
 constexpr int kPrefillWgmmaRows = 128;
 
-// "auto": prefill_m128 for D = 128 from 1024 query tokens. It launches half
+// "auto" on sm_90a (the caller checks that prefill_wgmma can run there and
+// that scale > 0): prefill_wgmma for D 64 / 128 when its grid, num_seqs x
+// num_kv_heads x row tiles of kPrefillWgmmaRows packed (query token, q
+// head) rows, has at least one CTA per SM (sms: the device's SM count).
+// Why: prefill_wgmma runs one CTA per SM (384 threads; its shared memory
+// and registers), so a smaller grid leaves SMs idle, while prefill_m64,
+// auto's other choice on most such grids, spreads the same rows over twice
+// the CTAs (64 rows each, several per SM): that is the faster kernel there,
+// prefill_wgmma from one CTA per SM on (docs/attention/log/, the
+// prefill_wgmma A/B entry). Written without the CTA product, which could
+// overflow for absurd hints.
+constexpr bool prefill_wgmma_by_default(int64_t head_dim, int64_t num_seqs,
+                                        int64_t num_kv_heads,
+                                        int64_t max_query_len, int64_t group,
+                                        int64_t sms) {
+  const int64_t pairs = num_seqs * num_kv_heads;
+  if (!prefill_wgmma_supports(head_dim) || pairs < 1 || max_query_len < 1) {
+    return false;
+  }
+  const int64_t row_tiles =
+      (max_query_len * group + kPrefillWgmmaRows - 1) / kPrefillWgmmaRows;
+  return pairs >= sms || row_tiles >= (sms + pairs - 1) / pairs;
+}
+// On 132 SMs: 1 sequence x 8 kv heads (G 4) from 513 query tokens (8 x
+// 17 CTAs), 4 x 8 from 129 (32 x 5); 1 x 3 (G 3) from 1835 (3 x 44); D
+// 256 never.
+static_assert(!prefill_wgmma_by_default(128, 1, 8, 512, 4, 132) &&
+              prefill_wgmma_by_default(128, 1, 8, 513, 4, 132) &&
+              !prefill_wgmma_by_default(128, 4, 8, 128, 4, 132) &&
+              prefill_wgmma_by_default(128, 4, 8, 129, 4, 132) &&
+              !prefill_wgmma_by_default(64, 1, 3, 1834, 3, 132) &&
+              prefill_wgmma_by_default(64, 1, 3, 1835, 3, 132) &&
+              !prefill_wgmma_by_default(256, 1, 8, 1 << 20, 4, 132));
+
+// "auto" where it does not take prefill_wgmma: prefill_m128 for D = 128
+// from 1024 query tokens, prefill_m64 otherwise. prefill_m128 launches half
 // the CTAs of prefill_m64: it pays where there are rows enough to fill the
 // GPU (D = 128, long prompts), not for short prompts (too few CTAs) nor for
 // D = 64. Measurements: docs/attention/log/.
@@ -131,11 +133,10 @@ void launch_prefill_m128(const Params& p, int64_t num_seqs,
 // Launches prefill_wgmma on grid (num_seqs, num_kv_heads, row_tiles) (row
 // tiles of kPrefillWgmmaRows) and checks the launch; defined only in builds
 // with sm_90a (VLLM_MYOPS_WITH_SM90A), and the caller must be on a device
-// of compute capability 9.0. T: __half or __nv_bfloat16; D: 64 or 128;
-// mainloop: the consumer mainloop (wgmma_mainloop of the forced value).
+// of compute capability 9.0. T: __half or __nv_bfloat16; D: 64 or 128.
 template <typename T, int D>
 void launch_prefill_wgmma(const Params& p, int64_t num_seqs,
                           int64_t num_kv_heads, int64_t row_tiles,
-                          WgmmaMainloop mainloop, cudaStream_t stream);
+                          cudaStream_t stream);
 
 }  // namespace vllm_myops::attention_cuda

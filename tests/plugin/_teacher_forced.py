@@ -184,3 +184,23 @@ def greedy_agreement(
             assert abs(m["lp"] - r["lp"]) <= max_lp_diff, (m, r)
             compared += 1
     return compared
+
+
+def native_gates_on_its_floor(
+    floor: dict,
+    *,
+    max_lp_diff: float,
+    calibrated_floor_max: float,
+    max_ppl_rel_diff: float,
+) -> tuple[float, float]:
+    """(max |dlogprob|, |ppl ratio - 1|) bounds of a run against the native
+    one where native is noisier than on the machine the bounds were measured
+    on. `floor`: compare(native, HF fp32). Two bf16 runs that differ in one
+    kernel are each off fp32 by their own rounding, so their distance is
+    bounded by both floors, not by one: the max bound scales with native's
+    measured max against fp32 over the calibrated one (never below
+    `max_lp_diff`), and the ppl bound adds native's own measured ppl offset
+    from fp32. Neither depends on the run being checked."""
+    scale = max(1.0, floor["max_lp_diff"] / calibrated_floor_max)
+    ppl_off = abs(floor["ppl"] / floor["ref_ppl"] - 1)
+    return max_lp_diff * scale, max_ppl_rel_diff + ppl_off

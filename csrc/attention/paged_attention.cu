@@ -163,18 +163,6 @@ int decode_ctas_per_sm() {
   return ctas;
 }
 
-// Whether prefill_wgmma can run here: a build with the sm_90a kernels on a
-// device of compute capability 9.0 (the current device's properties are
-// cached by torch).
-bool prefill_wgmma_available() {
-#if defined(VLLM_MYOPS_WITH_SM90A)
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  return prop->major == 9 && prop->minor == 0;
-#else
-  return false;
-#endif
-}
-
 template <typename T, int D>
 void run_attention(const Params& base, const attention::AttentionShape& sh,
                    int64_t max_query_len, int64_t max_seq_len,
@@ -228,7 +216,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
           prefill_wgmma_by_default(
               D, sh.num_seqs, sh.num_kv_heads, max_query_len, g,
               at::cuda::getCurrentDeviceProperties()->multiProcessorCount))) &&
-        prefill_wgmma_available();
+        cuda::sm90a_kernels_run_here();
     const bool want_m128 = path == PrefillPath::kM128 ||
                            (path != PrefillPath::kM64 &&
                             prefill_m128_by_default(D, max_query_len));

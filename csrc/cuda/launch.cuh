@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Launching kernels: grid arithmetic, division by a run-time constant, and
-// programmatic dependent launch (PDL) with the launch error check.
+// Launching kernels: grid arithmetic, whether the sm_90a kernels can run,
+// division by a run-time constant, and programmatic dependent launch (PDL)
+// with the launch error check.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,20 @@
 namespace vllm_myops::cuda {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- The sm_90a kernels -----------------------------------------------------
+// Whether the kernels under csrc/sm90a/ can run on the current device: a
+// build that has them (VLLM_MYOPS_WITH_SM90A) and a device of compute
+// capability 9.0 exactly (sm_90a code runs nowhere else). The device's
+// properties are cached by torch, so this costs no driver call per use.
+inline bool sm90a_kernels_run_here() {
+#if defined(VLLM_MYOPS_WITH_SM90A)
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  return prop->major == 9 && prop->minor == 0;
+#else
+  return false;
+#endif
+}
 
 // ---- Division by a run-time constant ----------------------------------------
 // n / divisor as a multiply-high and shift precomputed on the host

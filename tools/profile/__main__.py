@@ -9,6 +9,10 @@ triage --run --benchmark MODULE --export PATH [...] -- BENCHMARK FLAGS
     profile the benchmark's cases under ncu first (GPU machine), then triage them.
 system (--model DIR | --tiny llama) [--concurrency 1,64] [--decode-steps N] [--out DIR]
 compare SUMMARY.json...  system runs side by side (e.g. plugin vs native, concurrency 1 vs 64)
+hot REPORT [--top N] [--context N] [-- NCU IMPORT FILTERS]
+    warp-state samples per SASS instruction and opcode. REPORT: a .ncu-rep profiled
+    with --section SourceCounters (needs ncu), or its `--page source --csv
+    --print-source sass` CSV.
 rules   print the decision tree (the rule table)
 """
 
@@ -18,6 +22,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from tools.profile import ncu, tree
 from tools.profile import triage as tr
@@ -71,6 +76,26 @@ def _triage(args: argparse.Namespace, bench_args: list[str]) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.to_dict() for r in results], f, indent=1)
+    return 0
+
+
+def _hot(args: argparse.Namespace, extra: list[str]) -> int:
+    from tools.profile import hot  # noqa: PLC0415
+
+    text = (
+        hot.import_source(args.report, extra)
+        if str(args.report).endswith(".ncu-rep")
+        else Path(args.report).read_text(errors="replace")
+    )
+    tables = hot.parse_source_csv(text)
+    if not tables:
+        raise SystemExit(
+            f"hot: no per-instruction warp-state samples in {args.report} "
+            "(profile with --section SourceCounters)"
+        )
+    for n, table in enumerate(tables):
+        print(f"== kernel table {n}")
+        print("\n".join(hot.report_lines(table, top=args.top, context=args.context)))
     return 0
 
 
@@ -146,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="system summaries side by side")
     c.add_argument("summaries", nargs="+", help="profile_*.json written by system")
     sub.add_parser("rules", help="print the decision tree")
+    h = sub.add_parser("hot", help="warp-state samples per SASS instruction")
+    h.add_argument("report", help=".ncu-rep (with SourceCounters) or its source CSV")
+    h.add_argument("--top", type=int, default=15, help="instructions to show")
+    h.add_argument("--context", type=int, default=2, help="neighbours shown")
     return ap
 
 
@@ -160,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _triage(args, bench_args)
     if args.command == "rules":
         return _rules()
+    if args.command == "hot":
+        return _hot(args, bench_args)
     from tools.profile import system  # noqa: PLC0415
 
     if args.command == "compare":

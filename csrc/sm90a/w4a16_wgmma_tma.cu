@@ -7,16 +7,21 @@
 // tiles of 16 / 32 / 64 / 128 / 256 (wgmma's N side); 64 k per stage.
 //
 // - A producer warp (warp 4 kWarpgroups, after the consumer warpgroups) fills
-//   kStages stages. Per k-tile one elected lane issues the activation tile by
-//   TMA (a 2-D tensor map over a, box 64 k x kBN rows, 128-byte swizzle: the
-//   layout the wgmma B descriptor reads; rows >= M and k >= K arrive as
-//   zeros) and the block's packed weight tiles by bulk copy (2 KB each,
-//   contiguous in global memory), completing on the stage's `full` mbarrier
-//   with their byte count; all 32 lanes copy the k-tile's group rows
-//   (scales, zeros; tile::GroupRows) by cp.async, each lane's completion one
-//   more arrival on `full`. A k-tile's scales thus arrive kStages k-tiles
-//   ahead, as its weights do: the consumers' per-k-tile path has no global
-//   load on it.
+//   kStages stages. Per k-tile one lane issues the activation tile by TMA (a
+//   2-D tensor map over a, box 64 k x kBN rows, 128-byte swizzle: the layout
+//   the wgmma B descriptor reads; rows >= M and k >= K arrive as zeros), the
+//   block's packed weight tiles (2 KB each, contiguous in global memory) and
+//   the k-tile's group rows (scales, zeros; tile::GroupRows) by bulk copy,
+//   all completing on the stage's `full` mbarrier with their byte count. A
+//   k-tile's scales thus arrive kStages k-tiles ahead, as its weights do: the
+//   consumers' per-k-tile path has no global load on it. The producer's own
+//   per-k-tile path is a handful of instructions (pointers advance, no
+//   per-k-tile address arithmetic beyond the group row): one warp feeds two
+//   warpgroups, so its issue time per k-tile bounds the block's k-tile time
+//   at small token tiles. Group rows that cannot be bulk copied (N % 8 != 0
+//   or scales / zeros not 16-byte aligned: odd shapes, offset views) are
+//   copied by all 32 lanes instead (cp.async of 4 bytes, or plain loads),
+//   each lane's completion one more arrival on `full`.
 // - The consumer warpgroups wait on `full`, never on each other: no block
 //   barrier in the mainloop. Every consumer thread releases a stage (one
 //   arrival on its `empty` mbarrier, counted for all of them) after its own
@@ -133,9 +138,78 @@ __device__ __forceinline__ void produce_group_rows(const GemmArgs& p,
   }
 }
 
-// The producer warp: k-tiles kt0 .. kt0 + count - 1 into the stages, in
-// order. Lane 0 issues the TMA and bulk copies; every lane its share of the
-// group rows.
+// Whether the group rows go by bulk copy (produce_bulk): every row's slice
+// of a block's columns (cut at N) is whole 16-byte units at 16-byte aligned
+// addresses. Uniform per launch; it sets the count of `full`.
+__device__ __forceinline__ bool rows_by_bulk(const GemmArgs& p) {
+  const auto aligned16 = [](const void* q) {
+    return (reinterpret_cast<uintptr_t>(q) & 15u) == 0;
+  };
+  return p.n % 8 == 0 && aligned16(p.scales) &&
+         (p.zeros == nullptr || aligned16(p.zeros));
+}
+
+// The producer of launches whose group rows go by bulk copy, run by one
+// lane: k-tiles kt0 .. kt0 + count - 1 into the stages, in order, every copy
+// counted on the stage's `full` by bytes. Group rows are cut at N (the rest
+// of the area keeps older values; those columns are never stored).
+template <int kBN>
+__device__ __forceinline__ void produce_bulk(const CUtensorMap* act_map,
+                                             const GemmArgs& p, uint8_t* smem,
+                                             uint64_t* full, uint64_t* empty,
+                                             int tok0, int nt0, int kt0,
+                                             int count) {
+  using C = Config<kBN>;
+  using tile::GroupRows;
+  const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;
+  const int tiles = min(kWarpgroups, n_tiles - nt0);
+  const int n_base = nt0 * layout::kTileN;
+  const uint32_t row_bytes = min(GroupRows::kCols, p.n - n_base) * 2;
+  const int halves = GroupRows::halves(p);
+  const auto* scales = static_cast<const uint16_t*>(p.scales) + n_base;
+  const auto* zeros = static_cast<const uint16_t*>(p.zeros);
+  if (zeros != nullptr) zeros += n_base;
+  const uint32_t bytes = C::kActBytes + tiles * kTileBytes +
+                         halves * (zeros != nullptr ? 2 : 1) * row_bytes;
+  const int64_t tile_stride = static_cast<int64_t>(p.k_tiles) * kTileQuads;
+  const uint4* w = p.b + static_cast<int64_t>(nt0) * tile_stride +
+                   static_cast<int64_t>(kt0) * kTileQuads;
+  sm90::prefetch_tensormap(act_map);
+  int s = 0;
+  uint32_t phase = 0;  // parity of the empty-barrier completion to wait for
+  for (int j = 0; j < count; ++j, w += kTileQuads) {
+    // Stage s's (j / kStages)-th refill waits for the consumers' release of
+    // its previous k-tile, completion j / kStages - 1 of empty[s].
+    if (j >= C::kStages) sm90::mbar_wait(&empty[s], phase);
+    uint8_t* stage = smem + s * C::kStageBytes;
+    const int kt = kt0 + j;
+    sm90::mbar_arrive_expect_tx(&full[s], bytes);
+    sm90::tma_load_2d(stage, act_map, kt * layout::kTileK, tok0, &full[s]);
+    for (int t = 0; t < tiles; ++t) {
+      sm90::bulk_copy_g2s(stage + C::kActBytes + t * kTileBytes,
+                          w + t * tile_stride, kTileBytes, &full[s]);
+    }
+    auto* area = reinterpret_cast<uint16_t*>(stage + C::kGroupOffset);
+    for (int h = 0; h < halves; ++h) {
+      const int64_t row =
+          static_cast<int64_t>(dev::group_of(p, kt, 2 * h)) * p.n;
+      sm90::bulk_copy_g2s(area + GroupRows::row(h, 0), scales + row, row_bytes,
+                          &full[s]);
+      if (zeros != nullptr) {
+        sm90::bulk_copy_g2s(area + GroupRows::row(h, 1), zeros + row, row_bytes,
+                            &full[s]);
+      }
+    }
+    if (++s == C::kStages) {
+      s = 0;
+      if (j >= C::kStages) phase ^= 1u;
+    }
+  }
+}
+
+// The producer warp where the group rows cannot be bulk copied: k-tiles
+// kt0 .. kt0 + count - 1 into the stages, in order. Lane 0 issues the TMA
+// and bulk copies; every lane its share of the group rows.
 template <int kBN>
 __device__ __forceinline__ void produce(const CUtensorMap* act_map,
                                         const GemmArgs& p, uint8_t* smem,
@@ -209,10 +283,12 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
   const int kt0 = blockIdx.z * p.kt_per_split;
   const int count = max(0, min(p.k_tiles, kt0 + p.kt_per_split) - kt0);
 
+  const bool bulk_rows = rows_by_bulk(p);
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      // The producer's arrive_expect_tx and its 32 lanes' group-row arrivals.
-      sm90::mbar_init(&full[s], 1 + 32);
+      // The producer's arrive_expect_tx, and where the group rows are not
+      // bulk copied its 32 lanes' arrivals for them.
+      sm90::mbar_init(&full[s], bulk_rows ? 1 : 1 + 32);
       sm90::mbar_init(&empty[s], 32 * kConsumerWarps);
     }
     sm90::fence_barrier_init();
@@ -222,7 +298,13 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
   if (warp_id >= kConsumerWarps) {
     if constexpr (C::kRealloc) sm90::setmaxnreg_dec<kProducerRegs>();
     if (warp_id == kConsumerWarps && count > 0) {
-      produce<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0, count, lane);
+      if (!bulk_rows) {
+        produce<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0, count,
+                     lane);
+      } else if (lane == 0) {
+        produce_bulk<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0,
+                          count);
+      }
     }
     return;
   }

@@ -176,13 +176,17 @@ def test_bias(device: str, dtype: torch.dtype) -> None:
 
 
 # m 1 / 16 / 40: the decode kernels and each of the tensor-core ranges.
-@pytest.mark.parametrize("offset", [0, 1])
-@pytest.mark.parametrize("n", [75, 136])
+# Offsets 0 / 8 elements keep rows 16-byte aligned where N % 8 == 0 (136),
+# 2 keeps them 4-byte aligned, 1 neither; N 138 is even but not a multiple
+# of 8, N 75 odd.
+@pytest.mark.parametrize("offset", [0, 1, 2, 8])
+@pytest.mark.parametrize("n", [75, 136, 138])
 @pytest.mark.parametrize("device", DEVICES)
 def test_group_rows_odd_n_and_offset(device: str, n: int, offset: int) -> None:
     """Odd N, and scales / zeros that start at an odd element of their
     storage (contiguous views): rows of group values that are not whole
-    4-byte words, which a kernel may copy by words only when they are."""
+    4-byte words or 16-byte units, which a kernel may copy in such units only
+    when they are."""
     seed_everything(11)
     k, dtype = 576, torch.bfloat16
     qw = make_weight(k, n, 64, symmetric=False, dtype=dtype, device=device)

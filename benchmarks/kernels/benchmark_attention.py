@@ -10,7 +10,9 @@ bytes/FLOP models and targets):
   sequences of equal context `ctx` in a paged KV cache
   [num_blocks, H_kv, block, 2*D] (vllm_myops.attention's layout), blocks
   scattered by a random block table. decode: one query row per sequence
-  (q_len 1, the whole context cached); prefill: q_len = ctx, causal.
+  (q_len 1, the whole context cached); prefill: q_len = ctx, causal; mixed:
+  `batch` decode rows plus one sequence whose last min(ctx, MIXED_CHUNK)
+  tokens are a prefill chunk (chunked prefill beside running decodes).
 - Each buffer set holds its own query and KV cache, so the sets rotate over
   > 3x the last-level cache and every call reads its KV from DRAM/HBM; the
   metadata (query_start_loc, seq_lens, block table) is shared by the sets of
@@ -18,7 +20,7 @@ bytes/FLOP models and targets):
   own layout before timing (Impl.prepare), from the same keys and values.
 - bytes: K and V of the context read once + Q read + O written; FLOPs:
   4 * H_q * D per (query, key) pair (QK^T and PV), pairs = batch * ctx at
-  decode, batch * ctx (ctx + 1) / 2 causal at prefill.
+  decode, batch * ctx (ctx + 1) / 2 causal at prefill (`pairs` in general).
 - floor: one pass over the case's KV-cache bytes, timed like the op (CUDA:
   torch.neg, an SM pass; CPU: Tensor.copy_, half the bytes read, half
   written). A decode call cannot beat it.
@@ -79,7 +81,12 @@ from benchmarks.common.sweep import (
 
 OP = "paged_attention"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-KINDS = ("decode", "prefill")
+# "mixed": `batch` decode rows and one chunked-prefill row in one call, every
+# sequence at `ctx` tokens of context; the chunk is its last min(ctx,
+# MIXED_CHUNK) tokens (the rest cached), as vLLM's scheduler batches a
+# prompt's chunk with running decodes.
+KINDS = ("decode", "prefill", "mixed")
+MIXED_CHUNK = 2048
 # (H_q, H_kv, D): Llama-3-8B's, SmolLM2-135M's, and Llama-3-8B's head
 # counts at head dim 64 (G = 4 with the smaller tiles of D = 64).
 HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64), "32/8x64": (32, 8, 64)}
@@ -87,12 +94,14 @@ GPU_DECODE_BATCH = (1, 8, 32, 128)
 GPU_DECODE_CTX = (512, 1024, 2048, 8192, 32768)
 GPU_PREFILL_BATCH = (1, 4)
 GPU_PREFILL_CTX = (512, 2048, 8192, 16384)
+GPU_MIXED_BATCH = (8, 32)
+GPU_MIXED_CTX = (2048, 8192)
 GPU_BLOCK = 16
 # CPU: the issue's decode case (batch 8 x 2k) and SmolLM2's heads, at
 # vLLM-CPU's default block size.
 CPU_BLOCK = 128
 CPU_CASES = (("decode", 8, 2048), ("decode", 1, 2048), ("prefill", 1, 512))
-DRY_CASES = (("decode", 2, 40), ("prefill", 1, 24))
+DRY_CASES = (("decode", 2, 40), ("prefill", 1, 24), ("mixed", 2, 40))
 DRY_BLOCK = 16
 ANCHORS = ("sdpa", "cpu_attn", "fa3", "fa2", "triton")
 CPU_DEFAULT_IMPLS = ("floor", "ours", "sdpa", "cpu_attn")
@@ -107,27 +116,48 @@ def heads_of(case: Case) -> tuple[int, int, int]:
     return HEADS[case["heads"]]
 
 
-def q_len(case: Case) -> int:
-    return 1 if case["kind"] == "decode" else case["ctx"]
+def q_groups(case: Case) -> list[tuple[int, int]]:
+    """The call's sequences in runs of equal query length: (sequences,
+    q_len) each, in batch order; every sequence has ctx tokens of context."""
+    b, n = case["batch"], case["ctx"]
+    if case["kind"] == "decode":
+        return [(b, 1)]
+    if case["kind"] == "prefill":
+        return [(b, n)]
+    return [(b, 1), (1, min(n, MIXED_CHUNK))]
+
+
+def q_lens(case: Case) -> list[int]:
+    return [ql for seqs, ql in q_groups(case) for _ in range(seqs)]
+
+
+def num_seqs(case: Case) -> int:
+    return sum(seqs for seqs, _ in q_groups(case))
+
+
+def q_rows(case: Case) -> int:
+    return sum(q_lens(case))
 
 
 def pairs(case: Case) -> int:
-    """(query, key) pairs attended."""
+    """(query, key) pairs attended: the last q_len tokens of each sequence's
+    ctx are its queries, each attends to the keys up to itself."""
     n = case["ctx"]
-    return case["batch"] * (n if case["kind"] == "decode" else n * (n + 1) // 2)
+    return sum(ql * (n - ql) + ql * (ql + 1) // 2 for ql in q_lens(case))
 
 
 def num_blocks(case: Case) -> int:
-    return case["batch"] * -(-case["ctx"] // case["block"])
+    return num_seqs(case) * -(-case["ctx"] // case["block"])
 
 
 @roofline.register_bytes_model(OP)
 def _attention_bytes(
-    batch: int, ctx: int, q_rows: int, hq: int, hkv: int, d: int, dtype: torch.dtype
+    seqs: int, ctx: int, q_rows: int, hq: int, hkv: int, d: int, dtype: torch.dtype
 ) -> int:
-    """K and V of every sequence's context read once, Q read, O written."""
+    """K and V of every sequence's context read once, Q read, O written
+    (q_rows: the call's query rows, all sequences)."""
     es = roofline.element_size(dtype)
-    return es * (2 * batch * ctx * hkv * d + 2 * batch * q_rows * hq * d)
+    return es * (2 * seqs * ctx * hkv * d + 2 * q_rows * hq * d)
 
 
 @roofline.register_flops_model(OP)
@@ -139,9 +169,9 @@ def case_bytes(case: Case) -> int:
     hq, hkv, d = heads_of(case)
     return roofline.bytes_moved(
         OP,
-        batch=case["batch"],
+        seqs=num_seqs(case),
         ctx=case["ctx"],
-        q_rows=q_len(case),
+        q_rows=q_rows(case),
         hq=hq,
         hkv=hkv,
         d=d,
@@ -155,7 +185,7 @@ def set_specs(case: Case) -> dict[str, timing.TensorSpec]:
     TS = timing.TensorSpec
     dtype = DTYPES[case["dtype"]]
     hq, hkv, d = heads_of(case)
-    rows = case["batch"] * q_len(case)
+    rows = q_rows(case)
     return {
         "q": TS((rows, hq, d), dtype, "randn"),
         "kv": TS((num_blocks(case), hkv, case["block"], 2 * d), dtype, "randn"),
@@ -174,15 +204,16 @@ def metadata(case: Case, device: torch.device) -> dict[str, Any]:
     if key not in _meta_cache:
         if len(_meta_cache) > 4:
             _meta_cache.clear()
-        b, n, ql = case["batch"], case["ctx"], q_len(case)
+        b, n, lens = num_seqs(case), case["ctx"], q_lens(case)
         per_seq = -(-n // case["block"])
         gen = torch.Generator().manual_seed(4321)
         table = torch.randperm(b * per_seq, generator=gen).view(b, per_seq)
+        qsl = torch.tensor([0, *lens], dtype=torch.int32).cumsum(0, dtype=torch.int32)
         _meta_cache[key] = {
-            "qsl": torch.arange(0, (b + 1) * ql, ql, dtype=torch.int32).to(device),
+            "qsl": qsl.to(device),
             "seq_lens": torch.full((b,), n, dtype=torch.int32).to(device),
             "block_table": table.to(torch.int32).to(device),
-            "max_q": ql,
+            "max_q": max(lens),
             "max_seq": n,
             "scale": 1.0 / math.sqrt(heads_of(case)[2]),
         }
@@ -193,7 +224,7 @@ def dense_kv(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values of every sequence, [B, H_kv, ctx, D], in the cache's dtype."""
     meta = metadata(case, s.kv.device)
     _, hkv, d = heads_of(case)
-    b, n = case["batch"], case["ctx"]
+    b, n = num_seqs(case), case["ctx"]
     # [B, blocks, H_kv, bs, 2D] -> [B, H_kv, blocks * bs, 2D] -> first ctx tokens
     g = s.kv[meta["block_table"].long()]
     g = g.permute(0, 2, 1, 3, 4).reshape(b, hkv, -1, 2 * d)[:, :, :n]
@@ -280,17 +311,29 @@ class Sdpa(AttnImpl):
         meta = metadata(case, s.q.device)
         k, v = w
         hq, _, d = heads_of(case)
-        b, ql = case["batch"], q_len(case)
-        q = s.q.view(b, ql, hq, d).transpose(1, 2)
-        o = torch.nn.functional.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            is_causal=case["kind"] == "prefill",
-            scale=meta["scale"],
-            enable_gqa=True,
-        )
-        return o.transpose(1, 2)  # [B, q_len, H_q, D], a view
+        outs, seq0, row0 = [], 0, 0
+        for b, ql in q_groups(case):
+            q = s.q[row0 : row0 + b * ql].view(b, ql, hq, d).transpose(1, 2)
+            kv = slice(seq0, seq0 + b)
+            # The queries are the last ql of the ctx tokens. ql == ctx: plain
+            # causal (SDPA's fused kernels); 1 < ql < ctx: causal aligned to
+            # the end, an explicit mask (is_causal aligns to the start).
+            n = case["ctx"]
+            mask = None
+            if 1 < ql < n:
+                mask = torch.ones(ql, n, dtype=torch.bool, device=q.device).tril(n - ql)
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q,
+                k[kv],
+                v[kv],
+                attn_mask=mask,
+                is_causal=ql == n and ql > 1,
+                scale=meta["scale"],
+                enable_gqa=True,
+            )
+            outs.append(o.transpose(1, 2).reshape(b * ql, hq, d))
+            seq0, row0 = seq0 + b, row0 + b * ql
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 class CpuAttn(AttnImpl):
@@ -323,7 +366,7 @@ class CpuAttn(AttnImpl):
         view = cache.view(cache.shape[0], hkv, 2 * bs, d)
         key_cache, value_cache = view.chunk(2, dim=2)
         k, v = dense_kv(s, case)  # [B, H_kv, ctx, D]
-        b, n = case["batch"], case["ctx"]
+        b, n = num_seqs(case), case["ctx"]
         tok = torch.arange(n)
         slots = (
             meta["block_table"].long().cpu()[:, tok // bs] * bs + tok % bs
@@ -337,7 +380,7 @@ class CpuAttn(AttnImpl):
             isa,
         )
         sched = self.vops.cpu_attn_get_scheduler_metadata(
-            num_reqs=b,
+            num_reqs=num_seqs(case),
             num_heads=hq,
             num_kv_heads=hkv,
             head_dim=d,
@@ -495,22 +538,48 @@ _check_cache: dict[tuple[Any, ...], tuple[Any, torch.Tensor, torch.Tensor]] = {}
 
 def reference(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact-as-fp32 attention from the paged cache: (out, P @ |V|), both
-    [rows, H_q, D] fp32; the second sizes the tolerance (see above)."""
+    [rows, H_q, D] fp32; the second sizes the tolerance (see above). Each
+    run of sequences with equal query length (q_groups) in turn; a
+    sequence's queries are the last q_len of its ctx tokens, causal."""
+    hq, hkv, d = heads_of(case)
+    n = case["ctx"]
+    out = torch.empty(q_rows(case), hq, d, dtype=torch.float32, device=s.q.device)
+    pv_abs = torch.empty_like(out)
+    seq0 = row0 = 0
+    for b, ql in q_groups(case):
+        rows = slice(row0, row0 + b * ql)
+        _reference_group(
+            s, case, seq0, b, ql, out[rows].view(b, ql, hkv, hq // hkv, d),
+            pv_abs[rows].view(b, ql, hkv, hq // hkv, d), n,
+        )  # fmt: skip
+        seq0, row0 = seq0 + b, row0 + b * ql
+    return out, pv_abs
+
+
+def _reference_group(
+    s: Any,
+    case: Case,
+    seq0: int,
+    b: int,
+    ql: int,
+    out: torch.Tensor,
+    pv_abs: torch.Tensor,
+    n: int,
+) -> None:
+    """reference() for sequences seq0 .. seq0 + b - 1, each of ql queries:
+    into out / pv_abs [b, ql, H_kv, G, D]."""
     hq, hkv, d = heads_of(case)
     g = hq // hkv
-    b, ql, n = case["batch"], q_len(case), case["ctx"]
     meta = metadata(case, s.q.device)
     table = meta["block_table"].long()
     scale = meta["scale"]
-    causal = case["kind"] == "prefill"
-    q = s.q.view(b, ql, hkv, g, d)
-    out = torch.empty(b, ql, hkv, g, d, dtype=torch.float32, device=s.q.device)
-    pv_abs = torch.empty_like(out)
+    row_base = int(meta["qsl"][seq0])
+    q = s.q[row_base : row_base + b * ql].view(b, ql, hkv, g, d)
     seqs = max(1, REF_CHUNK_BYTES // (hkv * n * 2 * d * 4))
     for i in range(0, b, seqs):
         j = slice(i, min(b, i + seqs))
         # [cs, blocks, H_kv, bs, 2D] -> [cs, H_kv, ctx, 2D], fp32
-        kv = s.kv[table[j]].permute(0, 2, 1, 3, 4)
+        kv = s.kv[table[seq0 + i : seq0 + j.stop]].permute(0, 2, 1, 3, 4)
         kv = kv.reshape(kv.shape[0], hkv, -1, 2 * d)[:, :, :n].float()
         k, v = kv[..., :d], kv[..., d:]
         v_abs = v.abs()
@@ -523,17 +592,15 @@ def reference(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
             qc = q[j, r0:r1].float().permute(0, 2, 3, 1, 4)
             qc = qc.reshape(cs, hkv, g * (r1 - r0), d)
             sc = (qc @ k[:, :, :keys_end].transpose(-1, -2)) * scale
-            if causal:
-                row = torch.arange(r0, r1, device=sc.device) + (n - ql)
-                hide = torch.arange(keys_end, device=sc.device)[None, :] > row[:, None]
-                sc.view(cs, hkv, g, r1 - r0, keys_end).masked_fill_(hide, float("-inf"))
+            row = torch.arange(r0, r1, device=sc.device) + (n - ql)
+            hide = torch.arange(keys_end, device=sc.device)[None, :] > row[:, None]
+            sc.view(cs, hkv, g, r1 - r0, keys_end).masked_fill_(hide, float("-inf"))
             p = torch.softmax(sc, dim=-1)
             del sc
             for dst, val in ((out, v), (pv_abs, v_abs)):
                 o = p @ val[:, :, :keys_end]
                 dst[j, r0:r1] = o.view(cs, hkv, g, r1 - r0, d).permute(0, 3, 1, 2, 4)
             del p
-    return out.view(b * ql, hq, d), pv_abs.view(b * ql, hq, d)
 
 
 def check_inputs(
@@ -640,6 +707,12 @@ GPU_TARGETS: tuple[T.Target, ...] = (
         others=("triton",),
         factor=1.0,
         where=lambda c: c["kind"] == "prefill",
+    ),
+    T.SpeedupWhere(
+        "mixed batch (decode rows + a prefill chunk): faster than FA3",
+        others=("fa3",),
+        factor=1.0,
+        where=lambda c: c["kind"] == "mixed",
     ),
     T.SpeedupWhere(
         "prefill: >= 0.95x FA3 from 2k tokens",
@@ -757,6 +830,7 @@ class AttentionBenchmark(Benchmark):
             grid += [
                 ("prefill", b, n) for b in GPU_PREFILL_BATCH for n in GPU_PREFILL_CTX
             ]
+            grid += [("mixed", b, n) for b in GPU_MIXED_BATCH for n in GPU_MIXED_CTX]
             block = GPU_BLOCK
         kinds = args.kind or list(KINDS)
         if args.batch or args.ctx:  # an explicit grid, per kind

@@ -106,17 +106,41 @@ def test_check_catches_a_wrong_output() -> None:
 
 
 def _sdpa_fp32(s, c, keys: slice | None = None) -> torch.Tensor:
-    """torch SDPA in fp32 on the dense cache (over the given key positions)."""
+    """torch SDPA in fp32 on the dense cache (over the given key positions),
+    one sequence at a time: its queries are the last q_len of its keys."""
     hq, _, d = B.heads_of(c)
     k, v = B.dense_kv(s, c)
     keys = slice(None) if keys is None else keys
-    q = s.q.view(c["batch"], B.q_len(c), hq, d).transpose(1, 2).float()
-    o = torch.nn.functional.scaled_dot_product_attention(
-        q, k[:, :, keys].float(), v[:, :, keys].float(),
-        is_causal=c["kind"] == "prefill", scale=B.metadata(c, CPU)["scale"],
-        enable_gqa=True,
-    )  # fmt: skip
-    return o.transpose(1, 2).reshape(s.out.shape)
+    k, v = k[:, :, keys].float(), v[:, :, keys].float()
+    n, outs, row = k.shape[2], [], 0
+    for i, ql in enumerate(B.q_lens(c)):
+        q = s.q[row : row + ql].float().transpose(0, 1)  # [H_q, ql, D]
+        mask = torch.ones(ql, n, dtype=torch.bool).tril(n - ql)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q[None], k[i : i + 1], v[i : i + 1], attn_mask=mask,
+            scale=B.metadata(c, CPU)["scale"], enable_gqa=True,
+        )  # fmt: skip
+        outs.append(o[0].transpose(0, 1))
+        row += ql
+    return torch.cat(outs).reshape(s.out.shape)
+
+
+def test_mixed_case_is_decode_rows_plus_one_chunk() -> None:
+    c = case(kind="mixed", batch=3, ctx=50, block=16)
+    assert B.q_groups(c) == [(3, 1), (1, 50)] and B.num_seqs(c) == 4
+    meta = B.metadata(c, CPU)
+    assert meta["qsl"].tolist() == [0, 1, 2, 3, 53] and meta["max_q"] == 50
+    assert meta["block_table"].shape == (4, 4) and B.num_blocks(c) == 16
+    assert B.set_specs(c)["q"].shape == (53, 32, 128)
+    assert B.pairs(c) == 3 * 50 + 50 * 51 // 2
+    kv, qo = 4 * 50 * 8 * 128 * 2 * 2, 2 * 53 * 32 * 128 * 2
+    assert B.case_bytes(c) == kv + qo
+    # A context longer than the chunk: the chunk is the last MIXED_CHUNK
+    # tokens, each query attending to the cached part and its own prefix.
+    long = case(kind="mixed", batch=1, ctx=B.MIXED_CHUNK + 10)
+    ch = B.MIXED_CHUNK
+    assert B.q_lens(long) == [1, ch]
+    assert B.pairs(long) == (ch + 10) + ch * 10 + ch * (ch + 1) // 2
 
 
 @pytest.mark.parametrize("kind", B.KINDS)
@@ -125,6 +149,8 @@ def test_chunked_reference_is_sdpa_in_fp32(monkeypatch, kind, heads) -> None:
     # Chunks of 3 sequences x a few query rows (the long cases' path) give
     # the same as one fp32 SDPA call; so does one chunk.
     c = case(kind=kind, heads=heads, batch=5, ctx=37 if kind == "decode" else 21)
+    if kind == "mixed":  # a chunk shorter than the context
+        monkeypatch.setattr(B, "MIXED_CHUNK", 8)
     s = timing.alloc_sets(B.set_specs(c), 1, "cpu")[0]
     expected = _sdpa_fp32(s, c)
     one, _ = B.reference(s, c)

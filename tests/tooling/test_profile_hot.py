@@ -21,20 +21,41 @@ ROWS = (
 )
 
 
+# ncu 2025's source page: a "Kernel Name" row, then more columns than read.
+NCU_2025 = (
+    '"Kernel Name","void k<__nv_bfloat16, (int)16>(CUtensorMap_st, Args)",\n'
+    '"Address","Source","Warp Stall Sampling (All Samples)",'
+    '"Warp Stall Sampling (Not-issued Samples)","# Samples","Instructions Executed",'
+    '"Thread Instructions Executed"\n'
+    '"0x7f00","      LDC R1, c[0x0][0x28]","32","32","32","2016","64512"\n'
+    '"0x7f10","      @!P0  BRA 0x7f00","7","3","7","1792","57344"\n'
+)
+
+
 def test_parse_two_kernel_tables_and_opcodes() -> None:
     tables = hot.parse_source_csv(
         "==PROF== noise\n" + HEADER + ROWS + HEADER + ROWS[:40]
     )
-    assert [len(t) for t in tables] == [5, 1]
-    t = tables[0]
+    assert [len(t.instructions) for t in tables] == [5, 1]
+    assert tables[0].kernel == "?"
+    t = tables[0].instructions
     assert t[1].opcode == "SYNCS.PHASECHK.TRANS64.TRYWAIT"  # predicate dropped
     assert t[1].executed == 6400.0  # thousands separator
     assert t[4].opcode == "HGMMA.64x16x16.F32.BF16"
     assert sum(i.samples for i in t) == 1000.0
 
 
+def test_ncu_2025_layout_names_the_kernel() -> None:
+    (table,) = hot.parse_source_csv(NCU_2025)
+    assert table.kernel == "void k<__nv_bfloat16, (int)16>(CUtensorMap_st, Args)"
+    first, branch = table.instructions
+    assert (first.samples, first.executed, first.opcode) == (32.0, 2016.0, "LDC")
+    assert (branch.not_issued, branch.opcode) == (3.0, "BRA")
+
+
 def test_report_ranks_by_samples_with_context() -> None:
-    lines = hot.report_lines(hot.parse_source_csv(HEADER + ROWS)[0], top=2, context=0)
+    table = hot.parse_source_csv(HEADER + ROWS)[0].instructions
+    lines = hot.report_lines(table, top=2, context=0)
     assert lines[0].startswith(
         "5 instructions, 1000 warp-state samples (911 not issued)"
     )

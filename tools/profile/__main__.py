@@ -94,8 +94,9 @@ def _hot(args: argparse.Namespace, extra: list[str]) -> int:
             "(profile with --section SourceCounters)"
         )
     for n, table in enumerate(tables):
-        print(f"== kernel table {n}")
-        print("\n".join(hot.report_lines(table, top=args.top, context=args.context)))
+        print(f"== kernel {n}: {table.kernel}")
+        lines = hot.report_lines(table.instructions, top=args.top, context=args.context)
+        print("\n".join(lines))
     return 0
 
 

@@ -63,20 +63,31 @@ def _column(header: list[str], name: str) -> int | None:
     return None
 
 
-def parse_source_csv(text: str) -> list[list[Instruction]]:
-    """One list of instructions per kernel table in the CSV (ncu prints a
-    header row per profiled kernel)."""
-    tables: list[list[Instruction]] = []
+@dataclass
+class SourceTable:
+    kernel: str  # the "Kernel Name" row before the table ("?" without one)
+    instructions: list[Instruction]
+
+
+def parse_source_csv(text: str) -> list[SourceTable]:
+    """One table of instructions per profiled kernel in the CSV (ncu prints
+    a "Kernel Name" row and a header row per kernel)."""
+    tables: list[SourceTable] = []
     cols: dict[str, int | None] | None = None
+    kernel = "?"
     for row in csv.reader(io.StringIO(text)):
         if not row:
+            continue
+        if row[0].strip() == "Kernel Name" and len(row) > 1:
+            kernel = row[1].strip()
             continue
         if _column(row, SOURCE) is not None and _column(row, SAMPLES) is not None:
             cols = {
                 k: _column(row, k)
                 for k in (SOURCE, SAMPLES, NOT_ISSUED, ADDRESS, EXECUTED)
             }
-            tables.append([])
+            tables.append(SourceTable(kernel, []))
+            kernel = "?"
             continue
         if cols is None:
             continue
@@ -85,7 +96,7 @@ def parse_source_csv(text: str) -> list[list[Instruction]]:
             i = cols[key]
             return row[i] if i is not None and i < len(row) else ""
 
-        tables[-1].append(
+        tables[-1].instructions.append(
             Instruction(
                 address=get(ADDRESS),
                 sass=get(SOURCE),
@@ -94,7 +105,7 @@ def parse_source_csv(text: str) -> list[list[Instruction]]:
                 executed=_num(get(EXECUTED)),
             )
         )
-    return [t for t in tables if t]
+    return [t for t in tables if t.instructions]
 
 
 def import_source(report: str | Path, extra: list[str] | None = None) -> str:

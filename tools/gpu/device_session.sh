@@ -38,6 +38,10 @@
 #   profile_w4a16  ncu over the W4A16 GEMM, ours and anchors per case
 #             (python -m benchmarks.kernels.profile_cases benchmarks.kernels.benchmark_w4a16
 #             ${PROFILE_W4A16_ARGS:---m 1,16,64 --nk 28672x4096,4096x14336 --impls ours,mm,marlin})
+#   hot       where the warps wait, per SASS instruction: ncu --section SourceCounters over the
+#             first launch of kernels matching HOT_KERNEL (regex, default "wgmma") in
+#             $PY $HOT_ARGS (default: benchmarks.kernels.benchmark_w4a16 at M = 16,
+#             28672x4096, ours), then python -m tools.profile hot -> hot.txt (+ hot.ncu-rep)
 #   triage    python -m tools.profile triage --run for each family of TRIAGE_SETS (default
 #             "layernorm w4a16 attention"; cases from TRIAGE_<FAMILY>_ARGS): ncu, then the
 #             decision tree's verdicts -> triage.tar.gz (per family: raw CSV, profiled
@@ -112,18 +116,18 @@ say() { echo "[device_session +$((SECONDS - T0))s] $*"; }
 add_summary() { SUMMARY+=("$(printf '%-10s %-6s %5ss  %s' "$1" "$2" "$3" "$4")"); }
 
 # Estimates (s) per stage, for budgeting and for the plan printed at the start.
-declare -A EST=([carry]=0 [build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [bench_w4a16_paths]=240 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [triage]=150 [sanitize]=200
+declare -A EST=([carry]=0 [build]=150 [test]=150 [paths]=300 [bench]=420 [bench2]=300 [bench_w4a16]=420 [bench_w4a16_paths]=240 [profile]=90 [profile_anchors]=90 [profile_w4a16]=90 [hot]=60 [triage]=150 [sanitize]=200
   [vllm_up]=240 [vllm_tests]=500 [e2e]=500 [system]=240)
 
 stages=()
 for s in "$@"; do
   case "$s" in
     stage1) stages+=(build test) ;;
-    carry|build|test|paths|bench|bench2|bench_w4a16|bench_w4a16_paths|profile|profile_anchors|profile_w4a16|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
-    *) echo "unknown stage '$s' (stage1 carry build test paths bench bench2 bench_w4a16 bench_w4a16_paths profile profile_anchors profile_w4a16 triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
+    carry|build|test|paths|bench|bench2|bench_w4a16|bench_w4a16_paths|profile|profile_anchors|profile_w4a16|hot|triage|sanitize|vllm_up|vllm_tests|e2e|system) stages+=("$s") ;;
+    *) echo "unknown stage '$s' (stage1 carry build test paths bench bench2 bench_w4a16 bench_w4a16_paths profile profile_anchors profile_w4a16 hot triage sanitize vllm_up vllm_tests e2e system)" >&2; exit 2 ;;
   esac
 done
-[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,71p' "$0"; exit 2; }
+[[ ${#stages[@]} -gt 0 ]] || { sed -n '2,75p' "$0"; exit 2; }
 
 # Budget for stage index $1: what is left minus the estimates of later stages.
 budget_for() {
@@ -479,6 +483,30 @@ stage_profile_w4a16() {
     ${PROFILE_W4A16_ARGS:---m 1,16,64 --nk 28672x4096,4096x14336 --impls ours,mm,marlin}
 }
 
+stage_hot() {
+  local t=$SECONDS rc
+  ensure_built || { add_summary hot SKIP 0 "no build"; return; }
+  command -v ncu >/dev/null || { add_summary hot SKIP 0 "ncu not on PATH"; return; }
+  # shellcheck disable=SC2086
+  timeout "$1" ncu --clock-control none -k "regex:${HOT_KERNEL:-wgmma}" --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+    --export "$OUT/hot" --force-overwrite "$PY" \
+    ${HOT_ARGS:--m benchmarks.kernels.benchmark_w4a16 --device cuda --m 16 --nk 28672x4096 --impls ours --target-s 0.01 --no-ceiling} \
+    >"$OUT/hot.log" 2>&1
+  rc=$?
+  if [[ ! -f "$OUT/hot.ncu-rep" ]]; then
+    add_summary hot FAIL $((SECONDS - t)) "no report (rc=$rc; see hot.log)"
+    return
+  fi
+  {
+    ncu --import "$OUT/hot.ncu-rep" --page details 2>&1 |
+      grep -E "Duration|DRAM Throughput|Compute \(SM\)|Warp Cycles Per Issued" || true
+    "$PY" -m tools.profile hot "$OUT/hot.ncu-rep" --top "${HOT_TOP:-20}" --context 2
+  } >"$OUT/hot.txt" 2>&1
+  head -n 20 "$OUT/hot.txt"
+  add_summary hot ok $((SECONDS - t)) "hot.txt"
+}
+
 stage_profile_anchors() {
   ensure_built || { add_summary profile_anchors SKIP 0 "no build"; return; }
   anchor_env
@@ -705,6 +733,7 @@ for i in "${!stages[@]}"; do
     profile) stage_profile "$b" ;;
     profile_anchors) stage_profile_anchors "$b" ;;
     profile_w4a16) stage_profile_w4a16 "$b" ;;
+    hot) stage_hot "$b" ;;
     triage) stage_triage "$b" ;;
     sanitize) stage_sanitize "$b" ;;
     vllm_up) stage_vllm_up "$b" ;;

@@ -76,8 +76,10 @@ class MyopsAttentionMetadataBuilder(_Builder):  # type: ignore[misc,valid-type]
     # sync, and the capture build passes max_model_len as max_seq_len (the
     # kernel stays correct for any hint >= the true maximum), so a replay at
     # a longer context than the capture's is still right. Mixed batches are
-    # not claimed: their max_query_len would be frozen at capture.
-    # Declared, not yet run on a GPU (no CUDA kernel yet).
+    # not claimed: their max_query_len would be frozen at capture. Cost of
+    # the bound: a replay takes the decode splits planned for
+    # max_model_len, whatever the batch's real context (CTAs past a
+    # sequence's context exit at once).
     _cudagraph_support: ClassVar[Any] = _CGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     reorder_batch_threshold: int | None = None
 

@@ -174,6 +174,9 @@ __device__ __forceinline__ void produce_bulk(const CUtensorMap* act_map,
   const int64_t tile_stride = static_cast<int64_t>(p.k_tiles) * kTileQuads;
   const uint4* w = p.b + static_cast<int64_t>(nt0) * tile_stride +
                    static_cast<int64_t>(kt0) * kTileQuads;
+  // dev::group_of without its division: where there are several groups,
+  // group_size is 32, 64 or 128 (w4a16_args), a shift.
+  const int group_shift = __ffs(p.group_size) - 1;
   sm90::prefetch_tensormap(act_map);
   int s = 0;
   uint32_t phase = 0;  // parity of the empty-barrier completion to wait for
@@ -185,14 +188,18 @@ __device__ __forceinline__ void produce_bulk(const CUtensorMap* act_map,
     const int kt = kt0 + j;
     sm90::mbar_arrive_expect_tx(&full[s], bytes);
     sm90::tma_load_2d(stage, act_map, kt * layout::kTileK, tok0, &full[s]);
-    for (int t = 0; t < tiles; ++t) {
-      sm90::bulk_copy_g2s(stage + C::kActBytes + t * kTileBytes,
-                          w + t * tile_stride, kTileBytes, &full[s]);
+#pragma unroll
+    for (int t = 0; t < kWarpgroups; ++t) {
+      if (t < tiles) {
+        sm90::bulk_copy_g2s(stage + C::kActBytes + t * kTileBytes,
+                            w + t * tile_stride, kTileBytes, &full[s]);
+      }
     }
     auto* area = reinterpret_cast<uint16_t*>(stage + C::kGroupOffset);
     for (int h = 0; h < halves; ++h) {
-      const int64_t row =
-          static_cast<int64_t>(dev::group_of(p, kt, 2 * h)) * p.n;
+      const int k = kt * layout::kTileK + 32 * h;
+      const int group = p.groups == 1 ? 0 : min(k >> group_shift, p.groups - 1);
+      const int64_t row = static_cast<int64_t>(group) * p.n;
       sm90::bulk_copy_g2s(area + GroupRows::row(h, 0), scales + row, row_bytes,
                           &full[s]);
       if (zeros != nullptr) {

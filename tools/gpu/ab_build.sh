@@ -10,8 +10,10 @@
 #   there: bash tools/gpu/ab_build.sh build      # /tmp/ab/base + this tree, CUDA_ARCHS (default 9.0)
 #          bash tools/gpu/ab_build.sh regs       # register table of each build, and their diff
 #          bash tools/gpu/ab_build.sh bench N ARGS...
-#                                                # N alternating rounds base/tree of the layernorm
-#                                                # benchmark with ARGS; JSON per run under $OUT
+#                                                # N alternating rounds base/tree of the benchmark
+#                                                # AB_BENCH (default benchmark_layernorm; e.g.
+#                                                # benchmark_w4a16, benchmark_attention) with ARGS,
+#                                                # ours and the floor; JSON per run under $OUT
 #
 # Each tree runs its own benchmark harness (the base from its checkout), so the
 # base needs no code from this tree; the results share one JSON schema.
@@ -60,12 +62,13 @@ case "${1:-}" in
     ;;
   bench)
     rounds=${2:-2}; shift 2
+    mod=${AB_BENCH:-benchmark_layernorm}
     for ((i = 1; i <= rounds; i++)); do
-      (cd "$BASE" && "$PY" benchmarks/kernels/benchmark_layernorm.py --device cuda --impls floor,ours \
+      (cd "$BASE" && "$PY" "benchmarks/kernels/$mod.py" --device cuda --impls floor,ours \
         "$@" --save "$OUT/ab_base_$i.json" >"$OUT/ab_base_$i.log" 2>&1) || tail -n 20 "$OUT/ab_base_$i.log"
-      "$PY" -m benchmarks.kernels.benchmark_layernorm --device cuda --impls floor,ours \
+      "$PY" -m "benchmarks.kernels.$mod" --device cuda --impls floor,ours \
         "$@" --save "$OUT/ab_tree_$i.json" >"$OUT/ab_tree_$i.log" 2>&1 || tail -n 20 "$OUT/ab_tree_$i.log"
     done
     ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

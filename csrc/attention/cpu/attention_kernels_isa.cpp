@@ -31,9 +31,11 @@
 // two FMAs, the split path wins), exp2
 // as a polynomial with vscalefps (exact underflow to 0), p * V as 4 rows x 64
 // columns of fp32 accumulators in registers per pass over the tile (bf16 V
-// widened as even/odd halves of 32-bit pairs, one ALU op per 16 elements). The
-// AVX2 and portable builds use the plain loops below (the compiler vectorises
-// the conversions and p * V).
+// widened as even/odd halves of 32-bit pairs, one ALU op per 16 elements).
+// AVX2: the portable pieces below with 8-lane bodies for q . k (8 tokens,
+// one accumulator each, a transpose-add), the softmax (exp2 as a
+// polynomial) and p * V (a row's 64 columns in registers across the tile);
+// the portable build keeps the plain loops.
 //
 // From DRAM the cache reads are not overlapped with the compute (a call
 // costs about the compute plus a plain read of the cache). Left out: AMX
@@ -58,6 +60,8 @@
 
 #if defined(CPU_CAPABILITY_AVX512)
   #include <immintrin.h>
+#elif defined(CPU_CAPABILITY_AVX2)
+  #include "attention/cpu/attention_avx2.h"
 #endif
 
 namespace vllm_myops::cpu {
@@ -100,7 +104,7 @@ Scratch& scratch() {
 
 // ---------------------------------------------------------------------------
 // The pieces run_item is built from. Portable versions first (DEFAULT and
-// AVX2 builds), then the AVX-512 ones.
+// AVX2 builds; AVX2 bodies where they pay), then the AVX-512 ones.
 //   to_float(src, dst, n)        n elements of T -> fp32
 //   key_needs_float(p)           whether qk_row reads the fp32 K tile
 //   qk_row(...)                  s[t] = (q . k_t) * mul, t < v; s[t] = -inf
@@ -133,11 +137,49 @@ bool key_needs_float(const PagedAttentionParams&) { return true; }
 void qk_row(const float* q, const void* /*q_half*/, const float* kf,
             const void* const* /*kp*/, int v, int64_t d, float mul,
             bool /*key_float*/, float* s) {
-  for (int t = 0; t < v; ++t) s[t] = dot(q, kf + t * d, d) * mul;
-  for (int t = v; t < kTile; ++t) s[t] = kNegInf;
+  int t = 0;
+  #if defined(CPU_CAPABILITY_AVX2)
+  // 8 tokens at a time, one accumulator each (independent FMA chains, not
+  // one dot product's dependent adds), reduced by one transpose-add.
+  if (d % 8 == 0) {
+    const __m256 vmul = _mm256_set1_ps(mul);
+    for (; t + 8 <= v; t += 8) {
+      __m256 a[8];
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+      const float* k = kf + t * d;
+      for (int64_t i = 0; i < d; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        for (int j = 0; j < 8; ++j) {
+          a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + j * d + i), a[j]);
+        }
+      }
+      _mm256_storeu_ps(s + t, _mm256_mul_ps(attn_avx2::sum_lanes8(a), vmul));
+    }
+  }
+  #endif
+  for (; t < v; ++t) s[t] = dot(q, kf + t * d, d) * mul;
+  for (t = v; t < kTile; ++t) s[t] = kNegInf;
 }
 
 void softmax_row(float* s, float& m, float& l, float* acc, int64_t d) {
+  #if defined(CPU_CAPABILITY_AVX2)
+  // The loops below 8 lanes at a time (libm's exp2 is not vectorised).
+  static_assert(kTile % 8 == 0);
+  __m256 vmx = _mm256_set1_ps(kNegInf);
+  for (int t = 0; t < kTile; t += 8) {
+    vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s + t));
+  }
+  const float m_new = std::max(m, attn_avx2::lanes_max(vmx));
+  const __m256 vm = _mm256_set1_ps(m_new);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int t = 0; t < kTile; t += 8) {
+    const __m256 e =
+        attn_avx2::exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+    _mm256_storeu_ps(s + t, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  const float sum = attn_avx2::lanes_sum(vsum);
+  #else
   float mx = kNegInf;
   for (int t = 0; t < kTile; ++t) mx = std::max(mx, s[t]);
   const float m_new = std::max(m, mx);
@@ -146,6 +188,7 @@ void softmax_row(float* s, float& m, float& l, float* acc, int64_t d) {
     s[t] = std::exp2(s[t] - m_new);  // exp2(-inf) = 0
     sum += s[t];
   }
+  #endif
   if (m_new != m) {
     const float corr = std::exp2(m - m_new);  // 0 for the first tile
     for (int64_t i = 0; i < d; ++i) acc[i] *= corr;
@@ -160,6 +203,21 @@ void softmax_row(float* s, float& m, float& l, float* acc, int64_t d) {
 template <typename V>
 void pv_rows(const float* p, int64_t prs, int64_t pts, const int* valid,
              int rows, const V* const* vrows, int64_t d, float* acc) {
+  #if defined(CPU_CAPABILITY_AVX2)
+  // A row's output 64 columns at a time in 8 registers (one load and store
+  // of acc per tile, not per token), then 8 at a time.
+  if (d % 8 == 0) {
+    for (int r = 0; r < rows; ++r) {
+      float* a = acc + r * d;
+      int64_t c = 0;
+      for (; c + 64 <= d; c += 64)
+        attn_avx2::pv_cols<8>(p + r * prs, pts, valid[r], vrows, c, a + c);
+      for (; c < d; c += 8)
+        attn_avx2::pv_cols<1>(p + r * prs, pts, valid[r], vrows, c, a + c);
+    }
+    return;
+  }
+  #endif
   for (int r = 0; r < rows; ++r) {
     float* a = acc + r * d;
     for (int t = 0; t < valid[r]; ++t) {

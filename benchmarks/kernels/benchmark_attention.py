@@ -542,7 +542,6 @@ def reference(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     run of sequences with equal query length (q_groups) in turn; a
     sequence's queries are the last q_len of its ctx tokens, causal."""
     hq, hkv, d = heads_of(case)
-    n = case["ctx"]
     out = torch.empty(q_rows(case), hq, d, dtype=torch.float32, device=s.q.device)
     pv_abs = torch.empty_like(out)
     seq0 = row0 = 0
@@ -550,7 +549,7 @@ def reference(s: Any, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
         rows = slice(row0, row0 + b * ql)
         _reference_group(
             s, case, seq0, b, ql, out[rows].view(b, ql, hkv, hq // hkv, d),
-            pv_abs[rows].view(b, ql, hkv, hq // hkv, d), n,
+            pv_abs[rows].view(b, ql, hkv, hq // hkv, d),
         )  # fmt: skip
         seq0, row0 = seq0 + b, row0 + b * ql
     return out, pv_abs
@@ -564,12 +563,11 @@ def _reference_group(
     ql: int,
     out: torch.Tensor,
     pv_abs: torch.Tensor,
-    n: int,
 ) -> None:
     """reference() for sequences seq0 .. seq0 + b - 1, each of ql queries:
     into out / pv_abs [b, ql, H_kv, G, D]."""
     hq, hkv, d = heads_of(case)
-    g = hq // hkv
+    g, n = hq // hkv, case["ctx"]
     meta = metadata(case, s.q.device)
     table = meta["block_table"].long()
     scale = meta["scale"]

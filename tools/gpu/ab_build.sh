@@ -3,17 +3,21 @@
 #
 # A/B of the working tree against an earlier revision on a GPU machine, for a
 # change that must not alter the kernels (a refactor) or to measure one that
-# does. Both trees are built side by side and used in place (no install, so
-# neither shadows the other):
+# does; more revisions make it an A/B/C... All trees are built side by side
+# (in parallel) and used in place (no install, so none shadows another):
 #
 #   here:  git archive --format=tar.gz -o .devcarry/base.tar.gz REV   (carry .devcarry)
-#   there: bash tools/gpu/ab_build.sh build      # /tmp/ab/base + this tree, CUDA_ARCHS (default 9.0)
-#          bash tools/gpu/ab_build.sh regs       # register table of each build, and their diff
+#          git archive --format=tar.gz -o .devcarry/variant-NAME.tar.gz REV2   (any number;
+#                                                # with variants the base is optional)
+#   there: bash tools/gpu/ab_build.sh build      # /tmp/ab/base, /tmp/ab/NAME.. + this tree,
+#                                                # CUDA_ARCHS (default 9.0)
+#          bash tools/gpu/ab_build.sh regs       # register table of base and tree, and their diff
 #          bash tools/gpu/ab_build.sh bench N ARGS...
-#                                                # N alternating rounds base/tree of the benchmark
-#                                                # AB_BENCH (default benchmark_layernorm; e.g.
-#                                                # benchmark_w4a16, benchmark_attention) with ARGS,
-#                                                # ours and the floor; JSON per run under $OUT
+#                                                # N rounds, each base, the variants, then the tree, of
+#                                                # the benchmark AB_BENCH (default benchmark_layernorm;
+#                                                # e.g. benchmark_w4a16, benchmark_attention) with ARGS,
+#                                                # ours and the floor -> $OUT/ab.tar.gz (a JSON per
+#                                                # tree and round, NAME_ROUND.json, and bench.log)
 #
 # Each tree runs its own benchmark harness (the base from its checkout), so the
 # base needs no code from this tree; the results share one JSON schema.
@@ -25,6 +29,16 @@ PY="${PYTHON:-python3}"
 OUT="${OUT:-$repo_root/out}"
 BASE=/tmp/ab/base
 mkdir -p "$OUT" /tmp/ab
+
+# The variants carried beside the base: .devcarry/variant-NAME.tar.gz -> NAME.
+variants() {
+  local f
+  for f in .devcarry/variant-*.tar.gz; do
+    [[ -f $f ]] || continue
+    f=${f#.devcarry/variant-}
+    echo "${f%.tar.gz}"
+  done
+}
 
 # Builds the wheel of $1 and puts its compiled files into $1/vllm_myops/.
 build_in_place() {
@@ -46,13 +60,26 @@ EOF
 
 case "${1:-}" in
   build)
-    [[ -f .devcarry/base.tar.gz ]] || { echo "no .devcarry/base.tar.gz (see the header)" >&2; exit 2; }
-    rm -rf "$BASE" && mkdir -p "$BASE" && tar xzf .devcarry/base.tar.gz -C "$BASE"
-    build_in_place "$BASE" base & pb=$!
-    build_in_place "$repo_root" tree & pt=$!
-    wait $pb; rb=$?; wait $pt; rt=$?
-    echo "ab build: base rc=$rb tree rc=$rt"
-    [[ $rb == 0 && $rt == 0 ]]
+    [[ -f .devcarry/base.tar.gz || -n "$(variants)" ]] || {
+      echo "no .devcarry/base.tar.gz or variant-*.tar.gz (see the header)" >&2; exit 2; }
+    declare -A pids=()
+    rm -rf "$BASE"
+    if [[ -f .devcarry/base.tar.gz ]]; then
+      mkdir -p "$BASE" && tar xzf .devcarry/base.tar.gz -C "$BASE"
+      build_in_place "$BASE" base & pids[base]=$!
+    fi
+    for v in $(variants); do
+      rm -rf "/tmp/ab/$v" && mkdir -p "/tmp/ab/$v" && tar xzf ".devcarry/variant-$v.tar.gz" -C "/tmp/ab/$v"
+      build_in_place "/tmp/ab/$v" "$v" & pids[$v]=$!
+    done
+    build_in_place "$repo_root" tree & pids[tree]=$!
+    ok=1
+    for name in "${!pids[@]}"; do
+      wait "${pids[$name]}"; rc=$?
+      echo "ab build: $name rc=$rc"
+      [[ $rc == 0 ]] || ok=0
+    done
+    [[ $ok == 1 ]]
     ;;
   regs)
     bash tools/gpu/ptxas_registers.sh "$BASE"/vllm_myops/_myops_C*.so >"$OUT/regs_base.txt"
@@ -63,12 +90,28 @@ case "${1:-}" in
   bench)
     rounds=${2:-2}; shift 2
     mod=${AB_BENCH:-benchmark_layernorm}
-    for ((i = 1; i <= rounds; i++)); do
-      (cd "$BASE" && "$PY" "benchmarks/kernels/$mod.py" --device cuda --impls floor,ours \
-        "$@" --save "$OUT/ab_base_$i.json" >"$OUT/ab_base_$i.log" 2>&1) || tail -n 20 "$OUT/ab_base_$i.log"
-      "$PY" -m "benchmarks.kernels.$mod" --device cuda --impls floor,ours \
-        "$@" --save "$OUT/ab_tree_$i.json" >"$OUT/ab_tree_$i.log" 2>&1 || tail -n 20 "$OUT/ab_tree_$i.log"
+    trees=()
+    [[ -d $BASE ]] && trees+=("base:$BASE")
+    for v in $(variants); do trees+=("$v:/tmp/ab/$v"); done
+    trees+=("tree:$repo_root")
+    # Each tree must import its own build (an editable install of another
+    # tree would shadow it): checked once, before any timing.
+    for t in "${trees[@]}"; do
+      got=$(cd "${t#*:}" && "$PY" -c 'import os, vllm_myops; print(os.path.dirname(vllm_myops.__file__))' 2>&1 | tail -n 1)
+      [[ $got == "$(cd "${t#*:}" && pwd -P)/vllm_myops" ]] || { echo "ab bench: ${t%%:*} imports $got" >&2; exit 1; }
     done
+    mkdir -p "$OUT/ab"
+    for ((i = 1; i <= rounds; i++)); do
+      for t in "${trees[@]}"; do
+        name=${t%%:*}
+        { echo "== $name round $i"
+          (cd "${t#*:}" && "$PY" -m "benchmarks.kernels.$mod" --device cuda --impls floor,ours \
+            "$@" --save "$OUT/ab/${name}_$i.json") 2>&1 | tail -n 40
+        } >>"$OUT/ab/bench.log"
+      done
+    done
+    tar czf "$OUT/ab.tar.gz" -C "$OUT" ab && rm -rf "$OUT/ab"
+    echo "ab bench: $rounds rounds of ${trees[*]%%:*} -> ab.tar.gz"
     ;;
-  *) sed -n '2,19p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -17,7 +17,8 @@
 #                                                # the benchmark AB_BENCH (default benchmark_layernorm;
 #                                                # e.g. benchmark_w4a16, benchmark_attention) with ARGS,
 #                                                # ours and the floor -> $OUT/ab.tar.gz (a JSON per
-#                                                # tree and round, NAME_ROUND.json, and bench.log)
+#                                                # tree and round, NAME_ROUND.json, and bench.log);
+#                                                # AB_ONLY=name,..: only those trees (base, tree, NAME)
 #
 # Each tree runs its own benchmark harness (the base from its checkout), so the
 # base needs no code from this tree; the results share one JSON schema.
@@ -94,6 +95,11 @@ case "${1:-}" in
     [[ -d $BASE ]] && trees+=("base:$BASE")
     for v in $(variants); do trees+=("$v:/tmp/ab/$v"); done
     trees+=("tree:$repo_root")
+    if [[ -n ${AB_ONLY:-} ]]; then  # AB_ONLY=name,name: bench those trees only
+      kept=()
+      for t in "${trees[@]}"; do [[ ",$AB_ONLY," == *",${t%%:*},"* ]] && kept+=("$t"); done
+      trees=("${kept[@]}")
+    fi
     # Each tree must import its own build (an editable install of another
     # tree would shadow it): checked once, before any timing.
     for t in "${trees[@]}"; do

@@ -41,7 +41,9 @@
 #   hot       where the warps wait, per SASS instruction: ncu --section SourceCounters over the
 #             first launch of kernels matching HOT_KERNEL (regex, default "wgmma") in
 #             $PY $HOT_ARGS (default: benchmarks.kernels.benchmark_w4a16 at M = 16,
-#             28672x4096, ours), then python -m tools.profile hot -> hot.txt (+ hot.ncu-rep)
+#             28672x4096, ours), then python -m tools.profile hot -> hot.txt (+ hot.ncu-rep);
+#             HOT_TREE=DIR profiles the program from another built tree (an ab_build
+#             variant, /tmp/ab/NAME), HOT_NAME=x names the outputs x.txt, x.ncu-rep, x.log
 #   triage    python -m tools.profile triage --run for each family of TRIAGE_SETS (default
 #             "layernorm w4a16 attention"; cases from TRIAGE_<FAMILY>_ARGS): ncu, then the
 #             decision tree's verdicts -> triage.tar.gz (per family: raw CSV, profiled
@@ -487,24 +489,25 @@ stage_hot() {
   local t=$SECONDS rc
   ensure_built || { add_summary hot SKIP 0 "no build"; return; }
   command -v ncu >/dev/null || { add_summary hot SKIP 0 "ncu not on PATH"; return; }
+  local name=${HOT_NAME:-hot}
   # shellcheck disable=SC2086
-  timeout "$1" ncu --clock-control none -k "regex:${HOT_KERNEL:-wgmma}" --launch-count 1 \
-    --section SourceCounters --section WarpStateStats --section SpeedOfLight \
-    --export "$OUT/hot" --force-overwrite "$PY" \
+  (cd "${HOT_TREE:-.}" && timeout "$1" ncu --clock-control none -k "regex:${HOT_KERNEL:-wgmma}" \
+    --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+    --export "$OUT/$name" --force-overwrite "$PY" \
     ${HOT_ARGS:--m benchmarks.kernels.benchmark_w4a16 --device cuda --m 16 --nk 28672x4096 --impls ours --target-s 0.01 --no-ceiling} \
-    >"$OUT/hot.log" 2>&1
+    >"$OUT/$name.log" 2>&1)
   rc=$?
-  if [[ ! -f "$OUT/hot.ncu-rep" ]]; then
-    add_summary hot FAIL $((SECONDS - t)) "no report (rc=$rc; see hot.log)"
+  if [[ ! -f "$OUT/$name.ncu-rep" ]]; then
+    add_summary hot FAIL $((SECONDS - t)) "no report (rc=$rc; see $name.log)"
     return
   fi
   {
-    ncu --import "$OUT/hot.ncu-rep" --page details 2>&1 |
+    ncu --import "$OUT/$name.ncu-rep" --page details 2>&1 |
       grep -E "Duration|DRAM Throughput|Compute \(SM\)|Warp Cycles Per Issued" || true
-    "$PY" -m tools.profile hot "$OUT/hot.ncu-rep" --top "${HOT_TOP:-20}" --context 2
-  } >"$OUT/hot.txt" 2>&1
-  head -n 20 "$OUT/hot.txt"
-  add_summary hot ok $((SECONDS - t)) "hot.txt"
+    "$PY" -m tools.profile hot "$OUT/$name.ncu-rep" --top "${HOT_TOP:-20}" --context 2
+  } >"$OUT/$name.txt" 2>&1
+  head -n 20 "$OUT/$name.txt"
+  add_summary hot ok $((SECONDS - t)) "$name.txt"
 }
 
 stage_profile_anchors() {

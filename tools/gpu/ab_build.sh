@@ -17,7 +17,8 @@
 #                                                # the benchmark AB_BENCH (default benchmark_layernorm;
 #                                                # e.g. benchmark_w4a16, benchmark_attention) with ARGS,
 #                                                # ours and the floor -> $OUT/ab.tar.gz (a JSON per
-#                                                # tree and round, NAME_ROUND.json, and bench.log);
+#                                                # tree and round, NAME_ROUND.json, and bench.log;
+#                                                # rewritten after each run); AB_TREE_TIMEOUT_S per run;
 #                                                # AB_ONLY=name,..: only those trees (base, tree, NAME)
 #
 # Each tree runs its own benchmark harness (the base from its checkout), so the
@@ -106,17 +107,24 @@ case "${1:-}" in
       got=$(cd "${t#*:}" && "$PY" -c 'import os, vllm_myops; print(os.path.dirname(vllm_myops.__file__))' 2>&1 | tail -n 1)
       [[ $got == "$(cd "${t#*:}" && pwd -P)/vllm_myops" ]] || { echo "ab bench: ${t%%:*} imports $got" >&2; exit 1; }
     done
-    mkdir -p "$OUT/ab"
+    # Results go to /tmp/ab/out and the archive is rewritten after every
+    # run: a call that hits its limit still returns what finished. Each run
+    # has its own limit (AB_TREE_TIMEOUT_S, default 150 s): a tree whose
+    # kernel hangs costs that, not the rest of the call.
+    res=/tmp/ab/out
+    rm -rf "$res" && mkdir -p "$res/ab"
     for ((i = 1; i <= rounds; i++)); do
       for t in "${trees[@]}"; do
-        name=${t%%:*}
+        name=${t%%:*} t0=$SECONDS
         { echo "== $name round $i"
-          (cd "${t#*:}" && "$PY" -m "benchmarks.kernels.$mod" --device cuda --impls floor,ours \
-            "$@" --save "$OUT/ab/${name}_$i.json") 2>&1 | tail -n 40
-        } >>"$OUT/ab/bench.log"
+          (cd "${t#*:}" && timeout "${AB_TREE_TIMEOUT_S:-150}" "$PY" -m "benchmarks.kernels.$mod" \
+            --device cuda --impls floor,ours "$@" --save "$res/ab/${name}_$i.json") 2>&1 | tail -n 40
+          echo "== $name round $i: rc=${PIPESTATUS[0]} in $((SECONDS - t0)) s"
+        } >>"$res/ab/bench.log"
+        grep "^== $name round $i:" "$res/ab/bench.log"
+        tar czf "$OUT/ab.tar.gz" -C "$res" ab
       done
     done
-    tar czf "$OUT/ab.tar.gz" -C "$OUT" ab && rm -rf "$OUT/ab"
     echo "ab bench: $rounds rounds of ${trees[*]%%:*} -> ab.tar.gz"
     ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;

@@ -12,8 +12,6 @@
 
 #include <cstdint>
 
-#include "cpu/exp2_poly.h"
-
 namespace vllm_myops::cpu {
 namespace {
 namespace attn_avx2 {
@@ -31,9 +29,9 @@ inline __m256 sum_lanes8(const __m256 (&a)[8]) {
 }
 
 // 2^x for 8 lanes with x <= 0 (scores minus the running max), -inf or NaN:
-// 2^round(x) by the exponent bits times 2^f, f in [-0.5, 0.5], by
-// cpu/exp2_poly.h; below -126 (and -inf) exactly 0, as exp2 underflows; NaN
-// stays NaN (max_ps returns its second operand on NaN).
+// 2^round(x) by the exponent bits times 2^f, f in [-0.5, 0.5], by Cephes'
+// exp2f polynomial (~2 ulp); below -126 (and -inf) exactly 0, as exp2
+// underflows; NaN stays NaN (max_ps returns its second operand on NaN).
 inline __m256 exp2_nonpositive(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-126.f);
   const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
@@ -41,9 +39,13 @@ inline __m256 exp2_nonpositive(__m256 x) {
   const __m256 xi =
       _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, xi);
-  __m256 p = _mm256_set1_ps(kExp2Poly[0]);
-  for (int i = 1; i < 8; ++i)
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Poly[i]));
+  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
   const __m256i e = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(xi), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));

@@ -31,6 +31,9 @@ PY="${PYTHON:-python3}"
 OUT="${OUT:-$repo_root/out}"
 BASE=/tmp/ab/base
 mkdir -p "$OUT" /tmp/ab
+# Absolute: bench runs each tree's benchmark from that tree's folder.
+OUT="$(cd "$OUT" && pwd)"
+[[ $PY == */* ]] && PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 
 # The variants carried beside the base: .devcarry/variant-NAME.tar.gz -> NAME.
 variants() {

@@ -107,6 +107,10 @@ OUT="${OUT:-$repo_root/out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
+# Absolute, so that stages that run a program from another tree (hot with
+# HOT_TREE) still write to OUT and find the interpreter.
+OUT="$(cd "$OUT" && pwd)"
+[[ $PY == */* ]] && PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 CALL_LIMIT_S="${CALL_LIMIT_S:-580}"
 CARRY_ROOT="${CARRY_ROOT:-/tmp/myops-carry}"
 T0=$SECONDS

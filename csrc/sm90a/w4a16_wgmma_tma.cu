@@ -31,8 +31,12 @@
 //   compute-sanitizer's racecheck follows (one arrival per warp or per
 //   warpgroup after a warp or named barrier is reported as a hazard).
 // - Per k-tile i the consumers issue wgmma(i) on the fragments dequantized
-//   in the previous iteration, wait for stage i + 1 and dequantize it under
-//   the wgmma, then wait for wgmma(i) and release stage i.
+//   in the previous iteration, then (Config::kInFlight) wait for wgmma(i - 1)
+//   or wgmma(i), release that k-tile's stage, wait for stage i + 1 and
+//   dequantize it into the other fragment buffer under the wgmma in flight.
+//   A k-tile's k16 steps accumulate into Config::kChains independent
+//   accumulator sets, summed in the epilogue.
+// - The producer is cuda/w4a16_wgmma_producer.cuh.
 // Edges: weight tiles past the last n-tile are not copied; the warpgroup
 // that owns such an n-tile issues no dequant and no wgmma (its columns are
 // never stored) but keeps the barrier protocol.
@@ -54,6 +58,7 @@
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
 #include "quantization/w4a16/cuda/w4a16_wgmma.h"
+#include "quantization/w4a16/cuda/w4a16_wgmma_producer.cuh"
 #include "quantization/w4a16/cuda/w4a16_wgmma_tile.cuh"
 
 namespace vllm_myops::w4a16::wgmma {
@@ -66,7 +71,6 @@ using tile::kTileBytes;
 constexpr int kConsumerWarps = 4 * kWarpgroups;
 // setmaxnreg of the builds that reallocate: 128 x 40 + 256 x 232 <= 64 K.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-constexpr int kTileQuads = layout::kTileWords / 4;
 
 // Stages: at least ~24 KB of weight tiles in flight per block at the small
 // token tiles, fewer at the large ones, where the activation tile dominates a
@@ -82,6 +86,14 @@ struct Config : tile::TokenTile<kBN> {
   static constexpr int kStageBytes = kGroupOffset + tile::GroupRows::kBytes;
   static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
   static constexpr int kMinBlocks = kBN >= 128 ? 1 : 2;
+  // Accumulator chains (tile::AccSets): the 16-token tile's k16 steps are
+  // four short wgmma that would otherwise run in series on one accumulator;
+  // the 128- and 256-token tiles already issue 2 and 4 independent
+  // instructions per step. Bounded by two blocks' share of the registers.
+  static constexpr int kChains = kBN == 16 ? 4 : kBN == 32 ? 2 : 1;
+  // k-tiles of wgmma in flight per consumer: with 2 the next k-tile's wgmma
+  // is issued before the previous one has completed (two fragment buffers).
+  static constexpr int kInFlight = 2;
   // The 256-token tile's four accumulator sets need more registers than an
   // even share of the file: its producer is a whole warpgroup (one warp
   // works) that gives registers back to the consumers (kProducerRegs,
@@ -96,166 +108,6 @@ struct Config : tile::TokenTile<kBN> {
                 "each stage starts on a swizzle atom");
 };
 
-// Lane `lane`'s share of k-tile kt's group rows (columns n_base + 4 lane ..
-// + 3 of each row) into the stage's GroupRows `area`, then its arrival on
-// `full`. cp.async (completion counted on `full`) when every pair of columns
-// is one aligned 4-byte word: N even and scales / zeros 4-byte aligned;
-// otherwise plain loads and stores before the arrival (an odd N or a
-// misaligned view: correct, slower).
-__device__ __forceinline__ void produce_group_rows(const GemmArgs& p,
-                                                   uint8_t* area, int kt,
-                                                   int n_base, int lane,
-                                                   bool aligned,
-                                                   uint64_t* full) {
-  using tile::GroupRows;
-  const int halves = GroupRows::halves(p);
-  const int parts = p.zeros != nullptr ? 2 : 1;
-  for (int h = 0; h < halves; ++h) {
-    const int64_t row = static_cast<int64_t>(dev::group_of(p, kt, 2 * h)) * p.n;
-    for (int z = 0; z < parts; ++z) {
-      const auto* src = static_cast<const uint16_t*>(z ? p.zeros : p.scales);
-      uint16_t* dst = reinterpret_cast<uint16_t*>(area) + GroupRows::row(h, z);
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = 4 * lane + 2 * c;
-        const int n = n_base + col;
-        if (aligned) {
-          const int bytes = n + 1 < p.n ? 4 : n < p.n ? 2 : 0;
-          tc::cp_async_4(tc::smem_addr(dst + col),
-                         bytes > 0 ? src + row + n : src, bytes);
-        } else {
-          const uint32_t lo = n < p.n ? __ldg(src + row + n) : 0u;
-          const uint32_t hi = n + 1 < p.n ? __ldg(src + row + n + 1) : 0u;
-          *reinterpret_cast<uint32_t*>(dst + col) = lo | (hi << 16);
-        }
-      }
-    }
-  }
-  if (aligned) {
-    sm90::cp_async_arrive(full);
-  } else {
-    sm90::mbar_arrive(full);
-  }
-}
-
-// Whether the group rows go by bulk copy (produce_bulk): every row's slice
-// of a block's columns (cut at N) is whole 16-byte units at 16-byte aligned
-// addresses. Uniform per launch; it sets the count of `full`.
-__device__ __forceinline__ bool rows_by_bulk(const GemmArgs& p) {
-  const auto aligned16 = [](const void* q) {
-    return (reinterpret_cast<uintptr_t>(q) & 15u) == 0;
-  };
-  return p.n % 8 == 0 && aligned16(p.scales) &&
-         (p.zeros == nullptr || aligned16(p.zeros));
-}
-
-// The producer of launches whose group rows go by bulk copy, run by one
-// lane: k-tiles kt0 .. kt0 + count - 1 into the stages, in order, every copy
-// counted on the stage's `full` by bytes. Group rows are cut at N (the rest
-// of the area keeps older values; those columns are never stored).
-template <int kBN>
-__device__ __forceinline__ void produce_bulk(const CUtensorMap* act_map,
-                                             const GemmArgs& p, uint8_t* smem,
-                                             uint64_t* full, uint64_t* empty,
-                                             int tok0, int nt0, int kt0,
-                                             int count) {
-  using C = Config<kBN>;
-  using tile::GroupRows;
-  const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;
-  const int tiles = min(kWarpgroups, n_tiles - nt0);
-  const int n_base = nt0 * layout::kTileN;
-  const uint32_t row_bytes = min(GroupRows::kCols, p.n - n_base) * 2;
-  const int halves = GroupRows::halves(p);
-  const auto* scales = static_cast<const uint16_t*>(p.scales) + n_base;
-  const auto* zeros = static_cast<const uint16_t*>(p.zeros);
-  if (zeros != nullptr) zeros += n_base;
-  const uint32_t bytes = C::kActBytes + tiles * kTileBytes +
-                         halves * (zeros != nullptr ? 2 : 1) * row_bytes;
-  const int64_t tile_stride = static_cast<int64_t>(p.k_tiles) * kTileQuads;
-  const uint4* w = p.b + static_cast<int64_t>(nt0) * tile_stride +
-                   static_cast<int64_t>(kt0) * kTileQuads;
-  // dev::group_of without its division: where there are several groups,
-  // group_size is 32, 64 or 128 (w4a16_args), a shift.
-  const int group_shift = __ffs(p.group_size) - 1;
-  sm90::prefetch_tensormap(act_map);
-  int s = 0;
-  uint32_t phase = 0;  // parity of the empty-barrier completion to wait for
-  for (int j = 0; j < count; ++j, w += kTileQuads) {
-    // Stage s's (j / kStages)-th refill waits for the consumers' release of
-    // its previous k-tile, completion j / kStages - 1 of empty[s].
-    if (j >= C::kStages) sm90::mbar_wait(&empty[s], phase);
-    uint8_t* stage = smem + s * C::kStageBytes;
-    const int kt = kt0 + j;
-    sm90::mbar_arrive_expect_tx(&full[s], bytes);
-    sm90::tma_load_2d(stage, act_map, kt * layout::kTileK, tok0, &full[s]);
-#pragma unroll
-    for (int t = 0; t < kWarpgroups; ++t) {
-      if (t < tiles) {
-        sm90::bulk_copy_g2s(stage + C::kActBytes + t * kTileBytes,
-                            w + t * tile_stride, kTileBytes, &full[s]);
-      }
-    }
-    auto* area = reinterpret_cast<uint16_t*>(stage + C::kGroupOffset);
-    for (int h = 0; h < halves; ++h) {
-      const int k = kt * layout::kTileK + 32 * h;
-      const int group = p.groups == 1 ? 0 : min(k >> group_shift, p.groups - 1);
-      const int64_t row = static_cast<int64_t>(group) * p.n;
-      sm90::bulk_copy_g2s(area + GroupRows::row(h, 0), scales + row, row_bytes,
-                          &full[s]);
-      if (zeros != nullptr) {
-        sm90::bulk_copy_g2s(area + GroupRows::row(h, 1), zeros + row, row_bytes,
-                            &full[s]);
-      }
-    }
-    if (++s == C::kStages) {
-      s = 0;
-      if (j >= C::kStages) phase ^= 1u;
-    }
-  }
-}
-
-// The producer warp where the group rows cannot be bulk copied: k-tiles
-// kt0 .. kt0 + count - 1 into the stages, in order. Lane 0 issues the TMA
-// and bulk copies; every lane its share of the group rows.
-template <int kBN>
-__device__ __forceinline__ void produce(const CUtensorMap* act_map,
-                                        const GemmArgs& p, uint8_t* smem,
-                                        uint64_t* full, uint64_t* empty,
-                                        int tok0, int nt0, int kt0, int count,
-                                        int lane) {
-  using C = Config<kBN>;
-  const int n_tiles = (p.n + layout::kTileN - 1) / layout::kTileN;
-  const int tiles = min(kWarpgroups, n_tiles - nt0);
-  const uint32_t bytes = C::kActBytes + tiles * kTileBytes;
-  const auto word_aligned = [](const void* q) {
-    return q == nullptr || (reinterpret_cast<uintptr_t>(q) & 3u) == 0;
-  };
-  const bool aligned =
-      p.n % 2 == 0 && word_aligned(p.scales) && word_aligned(p.zeros);
-  if (lane == 0) sm90::prefetch_tensormap(act_map);
-  for (int j = 0; j < count; ++j) {
-    const int s = j % C::kStages;
-    const int round = j / C::kStages;
-    // Round r reuses the stage of k-tile j - kStages: wait for the r-th
-    // completion of its empty barrier (parity (r - 1) & 1).
-    if (round > 0) sm90::mbar_wait(&empty[s], (round - 1) & 1);
-    uint8_t* stage = smem + s * C::kStageBytes;
-    const int kt = kt0 + j;
-    if (lane == 0) {
-      sm90::mbar_arrive_expect_tx(&full[s], bytes);
-      sm90::tma_load_2d(stage, act_map, kt * layout::kTileK, tok0, &full[s]);
-      for (int w = 0; w < tiles; ++w) {
-        const uint4* src =
-            p.b + (static_cast<int64_t>(nt0 + w) * p.k_tiles + kt) * kTileQuads;
-        sm90::bulk_copy_g2s(stage + C::kActBytes + w * kTileBytes, src,
-                            kTileBytes, &full[s]);
-      }
-    }
-    produce_group_rows(p, stage + C::kGroupOffset, kt, nt0 * layout::kTileN,
-                       lane, aligned, &full[s]);
-  }
-}
-
 // Warpgroup wg's packed weight tile in `stage` (after the activations).
 template <int kBN>
 __device__ __forceinline__ const uint32_t* weights_of(const uint8_t* stage,
@@ -269,6 +121,76 @@ template <int kBN>
 __device__ __forceinline__ const uint16_t* groups_of(const uint8_t* stage) {
   return reinterpret_cast<const uint16_t*>(stage + Config<kBN>::kGroupOffset);
 }
+
+// A consumer warpgroup's mainloop over its `count` k-tiles. The fragments
+// of k-tile i + 1 are dequantized from its stage while wgmma(i) runs, into
+// the other of two buffers. With kInFlight == 2 a consumer waits only for
+// wgmma(i - 1) after issuing wgmma(i): that wait frees the buffer it then
+// writes and k-tile i - 1's stage, which it releases. With kInFlight == 1 it
+// waits for wgmma(i) before it issues the next. Every consumer thread
+// releases every stage after its own last read of it (the fragments were
+// read one k-tile earlier; the wait covers wgmma's activation reads).
+template <typename T, int kBN>
+struct Consumer {
+  using C = Config<kBN>;
+  using Frag = uint32_t[layout::kSteps][4];
+  const GemmArgs& p;
+  uint8_t* smem;
+  uint64_t* full;
+  uint64_t* empty;
+  int count, wg, warp, lane;
+  bool active;  // warpgroup-uniform: whether its n-tile exists
+
+  __device__ __forceinline__ const uint8_t* stage(int i) const {
+    return smem + (i % C::kStages) * C::kStageBytes;
+  }
+  // Waits for k-tile i's stage and dequantizes the warp's fragments of it.
+  __device__ __forceinline__ void load(int i, Frag& f) const {
+    sm90::mbar_wait(&full[i % C::kStages], (i / C::kStages) & 1);
+    if (active) {
+      tile::dequant_tile<T>(p, weights_of<kBN>(stage(i), wg),
+                            groups_of<kBN>(stage(i)), wg, warp, lane, f);
+    }
+  }
+  __device__ __forceinline__ void release(int i) const {
+    sm90::mbar_arrive(&empty[i % C::kStages]);
+  }
+  // k-tile i on `cur` (dequantized before); k-tile i + 1 into `next`.
+  __device__ __forceinline__ void step(int i,
+                                       tile::AccSets<kBN, C::kChains>& acc,
+                                       Frag& cur, Frag& next) const {
+    if (active) {
+      tile::mma_k_tile<T, kBN, C::kChains>(acc, cur, tc::smem_addr(stage(i)));
+    }
+    if constexpr (C::kInFlight == 2) {
+      sm90::wgmma_wait<1>();
+#pragma unroll
+      for (int st = 0; st < layout::kSteps; ++st)
+        sm90::fence_operands(next[st]);
+      if (i > 0) release(i - 1);
+      if (i + 1 < count) load(i + 1, next);
+    } else {
+      if (i + 1 < count) load(i + 1, next);
+      sm90::wgmma_wait<0>();
+#pragma unroll
+      for (int st = 0; st < layout::kSteps; ++st) sm90::fence_operands(cur[st]);
+      release(i);
+    }
+  }
+  __device__ __forceinline__ void run(
+      tile::AccSets<kBN, C::kChains>& acc) const {
+    Frag f0, f1;
+    load(0, f0);
+    for (int i = 0; i < count; i += 2) {
+      step(i, acc, f0, f1);
+      if (i + 1 < count) step(i + 1, acc, f1, f0);
+    }
+    sm90::wgmma_wait<0>();
+#pragma unroll
+    for (int v = 0; v < C::kChains * C::kSub; ++v) sm90::fence_operands(acc[v]);
+    if constexpr (C::kInFlight == 2) release(count - 1);
+  }
+};
 
 // Grid (token tile, column block, K-split), token tiles fastest: the blocks
 // that read the same weight tiles run together (all but one hit L2).
@@ -290,7 +212,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
   const int kt0 = blockIdx.z * p.kt_per_split;
   const int count = max(0, min(p.k_tiles, kt0 + p.kt_per_split) - kt0);
 
-  const bool bulk_rows = rows_by_bulk(p);
+  const bool bulk_rows = producer::rows_by_bulk(p);
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       // The producer's arrive_expect_tx, and where the group rows are not
@@ -306,11 +228,11 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
     if constexpr (C::kRealloc) sm90::setmaxnreg_dec<kProducerRegs>();
     if (warp_id == kConsumerWarps && count > 0) {
       if (!bulk_rows) {
-        produce<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0, count,
-                     lane);
+        producer::produce<C>(&act_map, p, smem, full, empty, tok0, nt0, kt0,
+                             count, lane);
       } else if (lane == 0) {
-        produce_bulk<kBN>(&act_map, p, smem, full, empty, tok0, nt0, kt0,
-                          count);
+        producer::produce_bulk<C>(&act_map, p, smem, full, empty, tok0, nt0,
+                                  kt0, count);
       }
     }
     return;
@@ -319,52 +241,19 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
   if constexpr (C::kRealloc) sm90::setmaxnreg_inc<kConsumerRegs>();
   const int wg = warp_id / 4, warp = warp_id % 4;
   const int n0 = (nt0 + wg) * layout::kTileN;
-  // Warpgroup-uniform: whether its n-tile exists.
-  const bool active = n0 < p.n;
-  float acc[C::kSub][C::kAcc];
+  tile::AccSets<kBN, C::kChains> acc;
 #pragma unroll
-  for (int u = 0; u < C::kSub; ++u)
+  for (int v = 0; v < C::kChains * C::kSub; ++v)
 #pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) acc[u][i] = 0.f;
-
+    for (int i = 0; i < C::kAcc; ++i) acc[v][i] = 0.f;
   if (count > 0) {
-    uint32_t a[layout::kSteps][4];
-    sm90::mbar_wait(&full[0], 0);
-    if (active) {
-      tile::dequant_tile<T>(p, weights_of<kBN>(smem, wg), groups_of<kBN>(smem),
-                            wg, warp, lane, a);
-    }
-    for (int i = 0; i < count; ++i) {
-      const int s = i % C::kStages;
-      if (active) {
-        tile::mma_k_tile<T, kBN>(acc, a,
-                                 tc::smem_addr(smem + s * C::kStageBytes));
-      }
-      uint32_t a_next[layout::kSteps][4];
-      if (i + 1 < count) {
-        const int s1 = (i + 1) % C::kStages;
-        sm90::mbar_wait(&full[s1], ((i + 1) / C::kStages) & 1);
-        if (active) {
-          const uint8_t* stage1 = smem + s1 * C::kStageBytes;
-          tile::dequant_tile<T>(p, weights_of<kBN>(stage1, wg),
-                                groups_of<kBN>(stage1), wg, warp, lane, a_next);
-        }
-      }
-      sm90::wgmma_wait<0>();
-#pragma unroll
-      for (int u = 0; u < C::kSub; ++u) sm90::fence_operands(acc[u]);
-#pragma unroll
-      for (int st = 0; st < layout::kSteps; ++st) sm90::fence_operands(a[st]);
-      sm90::mbar_arrive(&empty[s]);
-      if (i + 1 < count) {
-#pragma unroll
-        for (int st = 0; st < layout::kSteps; ++st)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) a[st][j] = a_next[st][j];
-      }
-    }
+    const Consumer<T, kBN> consumer{p,  smem, full, empty,   count,
+                                    wg, warp, lane, n0 < p.n};
+    consumer.run(acc);
   }
-  tile::store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
+  float out[C::kSub][C::kAcc];
+  tile::sum_chains<kBN, C::kChains>(acc, out);
+  tile::store_tile<T, kBN>(p, out, tok0, n0, warp, lane);
 }
 
 // ---- Host

@@ -135,7 +135,7 @@ __device__ __forceinline__ void dequant_step(uint32_t q, const RowGroups& rg,
 }
 
 // Accumulator r of n8 block j of instruction u: column 16 w + g + 8 (r / 2)
-// of the n-tile, token 64 u + 8 j + 2 t + (r % 2) of the tile.
+// of the n-tile, token kInstN u + 8 j + 2 t + (r % 2) of the tile.
 template <typename T, int kBN>
 __device__ __forceinline__ void store_tile(
     const GemmArgs& p,
@@ -152,7 +152,7 @@ __device__ __forceinline__ void store_tile(
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int n = n0 + 16 * warp + g + 8 * (r / 2);
-        const int tok = tok0 + 64 * u + 8 * j + 2 * t + (r % 2);
+        const int tok = tok0 + S::kInstN * u + 8 * j + 2 * t + (r % 2);
         if (n >= p.n || tok >= p.m) continue;
         const float v = acc[u][4 * j + r];
         const int64_t idx = static_cast<int64_t>(tok) * p.n + n;
@@ -193,7 +193,7 @@ using AccSets = float[kChains * TokenTile<kBN>::kSub][TokenTile<kBN>::kAcc];
 
 // One k-tile of wgmma for the warpgroup: acc += A (fragments a, 64 columns x
 // 64 k) x the activation tile at shared address `act` (instruction u reads
-// tokens 64 u.., i.e. 8 swizzle atoms in; step s at k = 16 s), committed as
+// tokens kInstN u.., whole swizzle atoms in; step s at k = 16 s), committed as
 // one group. The caller waits for the group before it writes `a` again.
 template <typename T, int kBN, int kChains>
 __device__ __forceinline__ void mma_k_tile(
@@ -208,7 +208,7 @@ __device__ __forceinline__ void mma_k_tile(
 #pragma unroll
     for (int u = 0; u < S::kSub; ++u) {
       const uint32_t addr =
-          act + u * 64 * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
+          act + u * S::kInstN * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
       sm90::wgmma_rs<T, S::kInstN>(acc[(s % kChains) * S::kSub + u], a[s],
                                    sm90::sw128_kmajor_desc(addr));
     }

@@ -31,11 +31,9 @@
 //   compute-sanitizer's racecheck follows (one arrival per warp or per
 //   warpgroup after a warp or named barrier is reported as a hazard).
 // - Per k-tile i the consumers issue wgmma(i) on the fragments dequantized
-//   in the previous iteration, then (Config::kInFlight) wait for wgmma(i - 1)
-//   or wgmma(i), release that k-tile's stage, wait for stage i + 1 and
-//   dequantize it into the other fragment buffer under the wgmma in flight.
-//   A k-tile's k16 steps accumulate into Config::kChains independent
-//   accumulator sets, summed in the epilogue.
+//   in the previous iteration, then wait for wgmma(i - 1) (one k-tile of
+//   wgmma stays in flight), release k-tile i - 1's stage, wait for stage
+//   i + 1 and dequantize it into the fragment buffer wgmma(i - 1) read.
 // - The producer is cuda/w4a16_wgmma_producer.cuh.
 // Edges: weight tiles past the last n-tile are not copied; the warpgroup
 // that owns such an n-tile issues no dequant and no wgmma (its columns are
@@ -86,14 +84,6 @@ struct Config : tile::TokenTile<kBN> {
   static constexpr int kStageBytes = kGroupOffset + tile::GroupRows::kBytes;
   static constexpr int kStages = kBN <= 32 ? 8 : kBN == 64 ? 6 : 4;
   static constexpr int kMinBlocks = kBN >= 128 ? 1 : 2;
-  // Accumulator chains (tile::AccSets): the 16-token tile's k16 steps are
-  // four short wgmma that would otherwise run in series on one accumulator;
-  // the 128- and 256-token tiles already issue 2 and 4 independent
-  // instructions per step. Bounded by two blocks' share of the registers.
-  static constexpr int kChains = kBN == 16 ? 4 : kBN == 32 ? 2 : 1;
-  // k-tiles of wgmma in flight per consumer: with 2 the next k-tile's wgmma
-  // is issued before the previous one has completed (two fragment buffers).
-  static constexpr int kInFlight = 2;
   // The 256-token tile's four accumulator sets need more registers than an
   // even share of the file: its producer is a whole warpgroup (one warp
   // works) that gives registers back to the consumers (kProducerRegs,
@@ -122,18 +112,17 @@ __device__ __forceinline__ const uint16_t* groups_of(const uint8_t* stage) {
   return reinterpret_cast<const uint16_t*>(stage + Config<kBN>::kGroupOffset);
 }
 
-// A consumer warpgroup's mainloop over its `count` k-tiles. The fragments
-// of k-tile i + 1 are dequantized from its stage while wgmma(i) runs, into
-// the other of two buffers. With kInFlight == 2 a consumer waits only for
-// wgmma(i - 1) after issuing wgmma(i): that wait frees the buffer it then
-// writes and k-tile i - 1's stage, which it releases. With kInFlight == 1 it
-// waits for wgmma(i) before it issues the next. Every consumer thread
-// releases every stage after its own last read of it (the fragments were
-// read one k-tile earlier; the wait covers wgmma's activation reads).
+// A consumer warpgroup's mainloop over its `count` k-tiles, two fragment
+// buffers: after issuing wgmma(i) a consumer waits only for wgmma(i - 1),
+// which frees k-tile i - 1's stage (released then) and the buffer it read,
+// into which k-tile i + 1 is dequantized while wgmma(i) runs. Every consumer
+// thread releases every stage after its own last read of it (its fragments
+// were read one k-tile earlier; the wait covers wgmma's activation reads).
 template <typename T, int kBN>
 struct Consumer {
   using C = Config<kBN>;
   using Frag = uint32_t[layout::kSteps][4];
+  using Acc = float[C::kSub][C::kAcc];
   const GemmArgs& p;
   uint8_t* smem;
   uint64_t* full;
@@ -156,39 +145,27 @@ struct Consumer {
     sm90::mbar_arrive(&empty[i % C::kStages]);
   }
   // k-tile i on `cur` (dequantized before); k-tile i + 1 into `next`.
-  __device__ __forceinline__ void step(int i,
-                                       tile::AccSets<kBN, C::kChains>& acc,
-                                       Frag& cur, Frag& next) const {
-    if (active) {
-      tile::mma_k_tile<T, kBN, C::kChains>(acc, cur, tc::smem_addr(stage(i)));
-    }
-    if constexpr (C::kInFlight == 2) {
-      sm90::wgmma_wait<1>();
+  __device__ __forceinline__ void step(int i, Acc& acc, Frag& cur,
+                                       Frag& next) const {
+    if (active) tile::mma_k_tile<T, kBN>(acc, cur, tc::smem_addr(stage(i)));
+    sm90::wgmma_wait<1>();
 #pragma unroll
-      for (int st = 0; st < layout::kSteps; ++st)
-        sm90::fence_operands(next[st]);
-      if (i > 0) release(i - 1);
-      if (i + 1 < count) load(i + 1, next);
-    } else {
-      if (i + 1 < count) load(i + 1, next);
-      sm90::wgmma_wait<0>();
-#pragma unroll
-      for (int st = 0; st < layout::kSteps; ++st) sm90::fence_operands(cur[st]);
-      release(i);
-    }
+    for (int st = 0; st < layout::kSteps; ++st) sm90::fence_operands(next[st]);
+    if (i > 0) release(i - 1);
+    if (i + 1 < count) load(i + 1, next);
   }
-  __device__ __forceinline__ void run(
-      tile::AccSets<kBN, C::kChains>& acc) const {
+  __device__ __forceinline__ void run(Acc& acc) const {
     Frag f0, f1;
     load(0, f0);
+    // Two k-tiles per trip: each buffer stays one set of registers.
     for (int i = 0; i < count; i += 2) {
       step(i, acc, f0, f1);
       if (i + 1 < count) step(i + 1, acc, f1, f0);
     }
     sm90::wgmma_wait<0>();
 #pragma unroll
-    for (int v = 0; v < C::kChains * C::kSub; ++v) sm90::fence_operands(acc[v]);
-    if constexpr (C::kInFlight == 2) release(count - 1);
+    for (int u = 0; u < C::kSub; ++u) sm90::fence_operands(acc[u]);
+    release(count - 1);
   }
 };
 
@@ -241,19 +218,17 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
   if constexpr (C::kRealloc) sm90::setmaxnreg_inc<kConsumerRegs>();
   const int wg = warp_id / 4, warp = warp_id % 4;
   const int n0 = (nt0 + wg) * layout::kTileN;
-  tile::AccSets<kBN, C::kChains> acc;
+  float acc[C::kSub][C::kAcc];
 #pragma unroll
-  for (int v = 0; v < C::kChains * C::kSub; ++v)
+  for (int u = 0; u < C::kSub; ++u)
 #pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) acc[v][i] = 0.f;
+    for (int i = 0; i < C::kAcc; ++i) acc[u][i] = 0.f;
   if (count > 0) {
     const Consumer<T, kBN> consumer{p,  smem, full, empty,   count,
                                     wg, warp, lane, n0 < p.n};
     consumer.run(acc);
   }
-  float out[C::kSub][C::kAcc];
-  tile::sum_chains<kBN, C::kChains>(acc, out);
-  tile::store_tile<T, kBN>(p, out, tok0, n0, warp, lane);
+  tile::store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
 }
 
 // ---- Host

@@ -24,9 +24,10 @@
 //                            at::mm / at::addmm ("dequant"), so large M is
 //                            never much slower than bf16.
 //   On Hopper (a build with the sm_90a kernels, a device of compute
-//   capability 9.0), kRingMaxM < M <= kWgmmaMaxM runs the warp-specialized
-//   wgmma kernel instead of tc / dequant ("wgmma_tma",
-//   csrc/sm90a/w4a16_wgmma_tma.cu).
+//   capability 9.0), kSwapMaxM < M <= kWgmmaMaxM runs the warp-specialized
+//   wgmma kernel instead of ring4 / tc / dequant ("wgmma_tma",
+//   csrc/sm90a/w4a16_wgmma_tma.cu): its time is flat over its 16-token tile
+//   and below ring4's at M = 16 (docs/quantization/log/).
 // Split-K: when the blocks of one K pass leave the GPU poorly filled, K is
 // split across blocks: each split writes its fp32 partial to its own slice
 // of a workspace (caching allocator, no memset) and a second kernel
@@ -108,8 +109,8 @@ inline CudaPath cuda_path_for(int64_t m, bool hopper) {
   const CudaPath f = forced_cuda_path();
   if (f != CudaPath::kAuto) return f;
   if (m <= kSwapMaxM) return CudaPath::kSwap;
-  if (m <= kRingMaxM) return CudaPath::kRing4;
   if (hopper && m <= kWgmmaMaxM) return CudaPath::kWgmmaTma;
+  if (m <= kRingMaxM) return CudaPath::kRing4;
   return m < kTcMaxM ? CudaPath::kTc : CudaPath::kDequant;
 }
 

@@ -183,25 +183,18 @@ __device__ __forceinline__ void dequant_tile(const GemmArgs& p,
   }
 }
 
-// Accumulator sets of a warpgroup: kChains x kSub sets of kAcc (set
-// c * kSub + u: chain c of instruction u). A k-tile's k16 step s accumulates
-// into chain s % kChains: successive wgmma into one accumulator run in
-// series, so at small token tiles (one short wgmma per step) the chains let
-// a k-tile's steps overlap. The epilogue sums the chains (sum_chains).
-template <int kBN, int kChains>
-using AccSets = float[kChains * TokenTile<kBN>::kSub][TokenTile<kBN>::kAcc];
-
-// One k-tile of wgmma for the warpgroup: acc += A (fragments a, 64 columns x
-// 64 k) x the activation tile at shared address `act` (instruction u reads
-// tokens kInstN u.., whole swizzle atoms in; step s at k = 16 s), committed as
-// one group. The caller waits for the group before it writes `a` again.
-template <typename T, int kBN, int kChains>
+// One k-tile of wgmma for the warpgroup: acc[u] += A (fragments a, 64
+// columns x 64 k) x the activation tile at shared address `act` (instruction
+// u reads tokens kInstN u.., whole swizzle atoms in; step s at k = 16 s),
+// committed as one group. The caller waits for the group before it writes
+// `a` again.
+template <typename T, int kBN>
 __device__ __forceinline__ void mma_k_tile(
-    AccSets<kBN, kChains>& acc, const uint32_t (&a)[layout::kSteps][4],
-    uint32_t act) {
+    float (&acc)[TokenTile<kBN>::kSub][TokenTile<kBN>::kAcc],
+    const uint32_t (&a)[layout::kSteps][4], uint32_t act) {
   using S = TokenTile<kBN>;
 #pragma unroll
-  for (int v = 0; v < kChains * S::kSub; ++v) sm90::fence_operands(acc[v]);
+  for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
   sm90::wgmma_fence();
 #pragma unroll
   for (int s = 0; s < layout::kSteps; ++s)
@@ -209,28 +202,9 @@ __device__ __forceinline__ void mma_k_tile(
     for (int u = 0; u < S::kSub; ++u) {
       const uint32_t addr =
           act + u * S::kInstN * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
-      sm90::wgmma_rs<T, S::kInstN>(acc[(s % kChains) * S::kSub + u], a[s],
-                                   sm90::sw128_kmajor_desc(addr));
+      sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s], sm90::sw128_kmajor_desc(addr));
     }
   sm90::wgmma_commit();
-}
-
-// The epilogue's accumulators: the chains of each instruction summed (after
-// the last wgmma's wait), in chain order.
-template <int kBN, int kChains>
-__device__ __forceinline__ void sum_chains(
-    const AccSets<kBN, kChains>& acc,
-    float (&out)[TokenTile<kBN>::kSub][TokenTile<kBN>::kAcc]) {
-  using S = TokenTile<kBN>;
-#pragma unroll
-  for (int u = 0; u < S::kSub; ++u)
-#pragma unroll
-    for (int i = 0; i < S::kAcc; ++i) {
-      float v = acc[u][i];
-#pragma unroll
-      for (int c = 1; c < kChains; ++c) v += acc[c * S::kSub + u][i];
-      out[u][i] = v;
-    }
 }
 
 }  // namespace vllm_myops::w4a16::wgmma::tile

@@ -54,6 +54,32 @@ __device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t smem_addr) {
   return sw128_desc_fields(smem_addr, 16, kSwizzleAtomBytes);
 }
 
+// The descriptor of the tile `offset_bytes` (a multiple of 16) after the one
+// `desc` describes, i.e. sw128_desc_fields(addr + offset, ...) from
+// sw128_desc_fields(addr, ...): one 32-bit add to the start-address field
+// (bits 0-13, addr >> 4). Shared-memory addresses stay below 2^18 bytes, so
+// the field never carries into the next (checked below over the whole
+// range); the other fields are unchanged.
+__host__ __device__ constexpr uint64_t sw128_desc_advance(
+    uint64_t desc, uint32_t offset_bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (offset_bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
+}
+constexpr bool desc_advance_matches_fields() {
+  // Every 1024-byte aligned base below 2^18 and offsets up to its end, in
+  // steps of 16 bytes * 61 (a prime stride, so every 16-byte residue mod
+  // the atom is hit).
+  for (uint32_t base = 0; base < (1u << 18); base += 1024)
+    for (uint32_t off = 0; base + off < (1u << 18); off += 16 * 61)
+      if (sw128_desc_advance(sw128_desc_fields(base, 16, kSwizzleAtomBytes),
+                             off) !=
+          sw128_desc_fields(base + off, 16, kSwizzleAtomBytes))
+        return false;
+  return true;
+}
+static_assert(desc_advance_matches_fields(),
+              "sw128_desc_advance does not give the descriptor of addr + off");
+
 // Byte offset of 16-byte chunk c of row r inside such a tile.
 __host__ __device__ constexpr int sw128_chunk_offset(int r, int c) {
   return r * kSwizzleRowBytes + ((c ^ (r % 8)) * 16);

@@ -195,14 +195,17 @@ __device__ __forceinline__ void mma_k_tile(
   using S = TokenTile<kBN>;
 #pragma unroll
   for (int u = 0; u < S::kSub; ++u) sm90::fence_operands(acc[u]);
+  // One descriptor built per k-tile; the others are constant offsets of it.
+  const uint64_t desc = sm90::sw128_kmajor_desc(act);
   sm90::wgmma_fence();
 #pragma unroll
   for (int s = 0; s < layout::kSteps; ++s)
 #pragma unroll
     for (int u = 0; u < S::kSub; ++u) {
-      const uint32_t addr =
-          act + u * S::kInstN * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
-      sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s], sm90::sw128_kmajor_desc(addr));
+      const uint32_t offset =
+          u * S::kInstN * sm90::kSwizzleRowBytes + s * 16 * sizeof(T);
+      sm90::wgmma_rs<T, S::kInstN>(acc[u], a[s],
+                                   sm90::sw128_desc_advance(desc, offset));
     }
   sm90::wgmma_commit();
 }

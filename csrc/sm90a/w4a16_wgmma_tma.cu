@@ -118,7 +118,7 @@ __device__ __forceinline__ const uint16_t* groups_of(const uint8_t* stage) {
 // into which k-tile i + 1 is dequantized while wgmma(i) runs. Every consumer
 // thread releases every stage after its own last read of it (its fragments
 // were read one k-tile earlier; the wait covers wgmma's activation reads).
-template <typename T, int kBN>
+template <typename T, int kBN, bool kZeros>
 struct Consumer {
   using C = Config<kBN>;
   using Frag = uint32_t[layout::kSteps][4];
@@ -128,7 +128,8 @@ struct Consumer {
   uint64_t* full;
   uint64_t* empty;
   int count, wg, warp, lane;
-  bool active;  // warpgroup-uniform: whether its n-tile exists
+  bool active;      // warpgroup-uniform: whether its n-tile exists
+  bool two_halves;  // tile::GroupRows::halves(p) == 2
 
   __device__ __forceinline__ const uint8_t* stage(int i) const {
     return smem + (i % C::kStages) * C::kStageBytes;
@@ -137,8 +138,9 @@ struct Consumer {
   __device__ __forceinline__ void load(int i, Frag& f) const {
     sm90::mbar_wait(&full[i % C::kStages], (i / C::kStages) & 1);
     if (active) {
-      tile::dequant_tile<T>(p, weights_of<kBN>(stage(i), wg),
-                            groups_of<kBN>(stage(i)), wg, warp, lane, f);
+      tile::dequant_tile<T, kZeros>(weights_of<kBN>(stage(i), wg),
+                                    groups_of<kBN>(stage(i)), two_halves, wg,
+                                    warp, lane, f);
     }
   }
   __device__ __forceinline__ void release(int i) const {
@@ -171,7 +173,9 @@ struct Consumer {
 
 // Grid (token tile, column block, K-split), token tiles fastest: the blocks
 // that read the same weight tiles run together (all but one hit L2).
-template <typename T, int kBN>
+// kZeros: p.zeros != nullptr (one build each, so the symmetric consumer has
+// no zero-point work or branch per k-tile).
+template <typename T, int kBN, bool kZeros>
 __global__ void __launch_bounds__(Config<kBN>::kThreads,
                                   Config<kBN>::kMinBlocks)
     w4a16_wgmma_tma_kernel(const __grid_constant__ CUtensorMap act_map,
@@ -224,8 +228,9 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[u][i] = 0.f;
   if (count > 0) {
-    const Consumer<T, kBN> consumer{p,  smem, full, empty,   count,
-                                    wg, warp, lane, n0 < p.n};
+    const Consumer<T, kBN, kZeros> consumer{
+        p,  smem, full, empty,    count,
+        wg, warp, lane, n0 < p.n, tile::GroupRows::halves(p) == 2};
     consumer.run(acc);
   }
   tile::store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
@@ -271,10 +276,10 @@ CUtensorMap activation_map(const GemmArgs& p, bool is_half, int box_rows) {
   return map;
 }
 
-template <typename T, int kBN>
-void launch_tile(const GemmArgs& args, cudaStream_t stream) {
+template <typename T, int kBN, bool kZeros>
+void launch_build(const GemmArgs& args, cudaStream_t stream) {
   using C = Config<kBN>;
-  constexpr auto kKernel = w4a16_wgmma_tma_kernel<T, kBN>;
+  constexpr auto kKernel = w4a16_wgmma_tma_kernel<T, kBN, kZeros>;
   cuda::allow_dynamic_smem<kKernel>(C::kSmemBytes);
   const CUtensorMap map = activation_map(args, std::is_same_v<T, __half>, kBN);
   const int n_tiles = (args.n + layout::kTileN - 1) / layout::kTileN;
@@ -285,9 +290,20 @@ void launch_tile(const GemmArgs& args, cudaStream_t stream) {
 }
 
 template <typename T, int kBN>
+void launch_tile(const GemmArgs& args, cudaStream_t stream) {
+  if (args.zeros != nullptr) {
+    launch_build<T, kBN, true>(args, stream);
+  } else {
+    launch_build<T, kBN, false>(args, stream);
+  }
+}
+
+// The symmetric build's occupancy stands for both: they share the launch
+// bounds and the shared memory, which set it.
+template <typename T, int kBN>
 int resident_blocks_of() {
   using C = Config<kBN>;
-  constexpr auto kKernel = w4a16_wgmma_tma_kernel<T, kBN>;
+  constexpr auto kKernel = w4a16_wgmma_tma_kernel<T, kBN, false>;
   static const int blocks = [] {
     cuda::allow_dynamic_smem<kKernel>(C::kSmemBytes);
     int b = 0;

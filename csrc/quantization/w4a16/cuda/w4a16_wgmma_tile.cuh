@@ -69,15 +69,15 @@ struct GroupRows {
 
 // Scale and base + zero of the two rows of a lane's A fragment (columns
 // 16 w + g and 16 w + 8 + g of warpgroup wg's n-tile), each as a pair of
-// equal halves.
+// equal halves. kZeros: the launch has zero points (asymmetric); without,
+// the zero is 8 (a constant the compiler keeps out of the k-loop).
 struct RowGroups {
   uint32_t zb[2];
   uint32_t s[2];
 };
 
-template <typename T>
-__device__ __forceinline__ RowGroups row_groups(const GemmArgs& p,
-                                                const uint16_t* area, int half,
+template <typename T, bool kZeros>
+__device__ __forceinline__ RowGroups row_groups(const uint16_t* area, int half,
                                                 int wg, int warp, int lane) {
   constexpr uint32_t kBaseBits = dev::MmaType<T>::kExponent & 0xffffu;
   RowGroups out;
@@ -88,7 +88,7 @@ __device__ __forceinline__ RowGroups row_groups(const GemmArgs& p,
     out.s[h] = sv | (sv << 16);
     // Zero codes are stored as T; base + z is exact in T's bits.
     uint32_t zcode = 8;
-    if (p.zeros != nullptr) {
+    if constexpr (kZeros) {
       const uint32_t zv = area[GroupRows::row(half, 1) + col];
       zcode = static_cast<uint32_t>(
           __float2int_rn(cuda::to_float(dev::from_bits<T>(zv))));
@@ -166,17 +166,17 @@ __device__ __forceinline__ void store_tile(
 }
 
 // A k-tile's A fragments for warpgroup wg from its stage: `words` (its
-// packed weight tile) and `area` (the stage's GroupRows).
-template <typename T>
-__device__ __forceinline__ void dequant_tile(const GemmArgs& p,
-                                             const uint32_t* words,
-                                             const uint16_t* area, int wg,
-                                             int warp, int lane,
+// packed weight tile) and `area` (the stage's GroupRows; `two_halves`:
+// GroupRows::halves(p) == 2, computed once by the caller).
+template <typename T, bool kZeros>
+__device__ __forceinline__ void dequant_tile(const uint32_t* words,
+                                             const uint16_t* area,
+                                             bool two_halves, int wg, int warp,
+                                             int lane,
                                              uint32_t (&a)[layout::kSteps][4]) {
-  const RowGroups rg0 = row_groups<T>(p, area, 0, wg, warp, lane);
-  const RowGroups rg[2] = {rg0, GroupRows::halves(p) == 2
-                                    ? row_groups<T>(p, area, 1, wg, warp, lane)
-                                    : rg0};
+  const RowGroups rg0 = row_groups<T, kZeros>(area, 0, wg, warp, lane);
+  const RowGroups rg[2] = {
+      rg0, two_halves ? row_groups<T, kZeros>(area, 1, wg, warp, lane) : rg0};
 #pragma unroll
   for (int s = 0; s < layout::kSteps; ++s) {
     dequant_step<T>(words[s * 128 + lane * 4 + warp], rg[s / 2], a[s]);

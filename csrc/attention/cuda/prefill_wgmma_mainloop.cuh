@@ -104,12 +104,15 @@ __device__ __forceinline__ void wgmma_qk(
     float (&sc)[PrefillWgmmaTraits<D>::kSAcc], uint32_t q_base, uint32_t stage,
     int wg) {
   using C = PrefillWgmmaTraits<D>;
+  // One descriptor built per operand; the steps' are constant offsets.
+  const uint64_t da0 = sm90::sw128_kmajor_desc(q_base + q_desc_start<D>(wg, 0));
+  const uint64_t db0 = sm90::sw128_kmajor_desc(stage + k_desc_start<D>(0));
   sm90::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < C::kKS; ++ks) {
-    const uint64_t da =
-        sm90::sw128_kmajor_desc(q_base + q_desc_start<D>(wg, ks));
-    const uint64_t db = sm90::sw128_kmajor_desc(stage + k_desc_start<D>(ks));
+    const uint64_t da = sm90::sw128_desc_advance(
+        da0, q_desc_start<D>(wg, ks) - q_desc_start<D>(wg, 0));
+    const uint64_t db = sm90::sw128_desc_advance(db0, k_desc_start<D>(ks));
     if (ks == 0) {
       sm90::wgmma_ss<T, C::kTileN, false>(sc, da, db);
     } else {
@@ -126,6 +129,8 @@ __device__ __forceinline__ void wgmma_pv(
     const uint32_t (&pa)[PrefillWgmmaTraits<D>::kPS][4], uint32_t stage) {
   using C = PrefillWgmmaTraits<D>;
   constexpr int kInstAcc = C::kPvInstN / 2;
+  const uint64_t dv0 =
+      sm90::sw128_mnmajor_desc(stage + v_desc_start<D>(0, 0), C::kKvPanelBytes);
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < C::kPS; ++kk)
@@ -135,8 +140,8 @@ __device__ __forceinline__ void wgmma_pv(
           *reinterpret_cast<float (*)[kInstAcc]>(&o[inst * kInstAcc]);
       sm90::wgmma_rs_tb<T, C::kPvInstN>(
           oi, pa[kk],
-          sm90::sw128_mnmajor_desc(stage + v_desc_start<D>(kk, inst),
-                                   C::kKvPanelBytes));
+          sm90::sw128_desc_advance(
+              dv0, v_desc_start<D>(kk, inst) - v_desc_start<D>(0, 0)));
     }
   sm90::wgmma_commit();
 }

@@ -152,14 +152,8 @@ void prepare_prefill_m64() {
 // drives one kind of GPU).
 template <typename T, int D>
 int decode_ctas_per_sm() {
-  static const int ctas = [] {
-    prepare_decode_split<T, D>();
-    int n = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, decode_split_kernel<T, D>, kThreads,
-        M16Traits<D, true>::kSmemBytes));
-    return std::max(n, 1);
-  }();
+  static const int ctas = cuda::resident_blocks<decode_split_kernel<T, D>>(
+      kThreads, M16Traits<D, true>::kSmemBytes);
   return ctas;
 }
 

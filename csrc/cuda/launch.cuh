@@ -5,6 +5,7 @@
 // with the launch error check.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -99,6 +100,18 @@ void allow_dynamic_smem(int bytes) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(
         kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
+}
+
+// Resident blocks of kKernel per SM (at least 1) at `threads` threads and
+// `smem_bytes` of dynamic shared memory, which it is first allowed. Callers
+// keep the answer in a static: the process drives one kind of GPU.
+template <auto kKernel>
+int resident_blocks(int threads, int smem_bytes) {
+  allow_dynamic_smem<kKernel>(smem_bytes);
+  int b = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &b, kKernel, threads, smem_bytes));
+  return std::max(b, 1);
 }
 
 template <auto kKernel>

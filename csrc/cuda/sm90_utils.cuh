@@ -58,8 +58,8 @@ __device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t smem_addr) {
 // `desc` describes, i.e. sw128_desc_fields(addr + offset, ...) from
 // sw128_desc_fields(addr, ...): one 32-bit add to the start-address field
 // (bits 0-13, addr >> 4). Shared-memory addresses stay below 2^18 bytes, so
-// the field never carries into the next (checked below over the whole
-// range); the other fields are unchanged.
+// the field never carries into the next; the other fields are unchanged
+// (checked below for every 1024-byte base and a spread of offsets).
 __host__ __device__ constexpr uint64_t sw128_desc_advance(
     uint64_t desc, uint32_t offset_bytes) {
   const uint32_t lo = static_cast<uint32_t>(desc) + (offset_bytes >> 4);

@@ -39,6 +39,7 @@
 // that owns such an n-tile issues no dequant and no wgmma (its columns are
 // never stored) but keeps the barrier protocol.
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -298,19 +299,17 @@ void launch_tile(const GemmArgs& args, cudaStream_t stream) {
   }
 }
 
-// The symmetric build's occupancy stands for both: they share the launch
-// bounds and the shared memory, which set it.
+// Resident blocks per SM of the token tile's builds: the fewer of the
+// builds with and without zero points (their registers may differ), so the
+// split plan, which does not know which one runs, never counts on more.
 template <typename T, int kBN>
 int resident_blocks_of() {
   using C = Config<kBN>;
-  constexpr auto kKernel = w4a16_wgmma_tma_kernel<T, kBN, false>;
-  static const int blocks = [] {
-    cuda::allow_dynamic_smem<kKernel>(C::kSmemBytes);
-    int b = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &b, kKernel, C::kThreads, C::kSmemBytes));
-    return b > 1 ? b : 1;
-  }();
+  static const int blocks =
+      std::min(cuda::resident_blocks<w4a16_wgmma_tma_kernel<T, kBN, false>>(
+                   C::kThreads, C::kSmemBytes),
+               cuda::resident_blocks<w4a16_wgmma_tma_kernel<T, kBN, true>>(
+                   C::kThreads, C::kSmemBytes));
   return blocks;
 }
 

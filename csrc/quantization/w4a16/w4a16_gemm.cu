@@ -92,12 +92,7 @@ struct GemmKernel {
 // drives one kind of GPU).
 template <auto kKernel>
 int blocks_per_sm() {
-  static const int blocks = [] {
-    int b = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel,
-                                                                 kThreads, 0));
-    return std::max(b, 1);
-  }();
+  static const int blocks = cuda::resident_blocks<kKernel>(kThreads, 0);
   return blocks;
 }
 
@@ -248,12 +243,8 @@ template <typename T, class C, int kMinBlocks>
 TcKernel tc_kernel() {
   constexpr auto kKernel = w4a16::tc_gemm::w4a16_tc_kernel<T, C, kMinBlocks>;
   cuda::allow_dynamic_smem<kKernel>(C::kSmemBytes);
-  static const int blocks = [] {
-    int b = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &b, kKernel, C::kThreads, C::kSmemBytes));
-    return std::max(b, 1);
-  }();
+  static const int blocks =
+      cuda::resident_blocks<kKernel>(C::kThreads, C::kSmemBytes);
   return {kKernel,       C::kBM, C::kBN,    C::kThreads,
           C::kSmemBytes, blocks, C::kStages};
 }

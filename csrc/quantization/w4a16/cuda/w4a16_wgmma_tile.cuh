@@ -69,13 +69,14 @@ struct GroupRows {
 
 // Scale and base + zero of the two rows of a lane's A fragment (columns
 // 16 w + g and 16 w + 8 + g of warpgroup wg's n-tile), each as a pair of
-// equal halves. kZeros: the launch has zero points (asymmetric); without,
-// the zero is 8 (a constant the compiler keeps out of the k-loop).
+// equal halves.
 struct RowGroups {
   uint32_t zb[2];
   uint32_t s[2];
 };
 
+// kZeros: the launch has zero points (asymmetric); without, the zero is 8,
+// a constant (no zero-point load or branch per k-tile).
 template <typename T, bool kZeros>
 __device__ __forceinline__ RowGroups row_groups(const uint16_t* area, int half,
                                                 int wg, int warp, int lane) {

@@ -42,7 +42,7 @@
 //   an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter,
 //   and the last to finish merges all splits in split order
 //   (deterministic), writes out and stores the counter's 0 back (persistent
-//   counters, no memset per call: decode_split_counters.h): one launch, no
+//   counters, no memset per call: cuda/split_counters.h): one launch, no
 //   combine kernel, no memset node.
 // * prefill_m64 (grid B x H_kv x row tiles, launched only when
 //   max_query_len > 1): FlashAttention-2 tiles, 64 rows per CTA (16 per
@@ -124,8 +124,8 @@
 #include "attention/cuda/plan.cuh"
 #include "attention/cuda/prefill_m64.cuh"
 #include "attention/cuda/traits.cuh"
-#include "attention/decode_split_counters.h"
 #include "cuda/launch.cuh"
+#include "cuda/split_counters.h"
 #include "ops.h"
 
 namespace vllm_myops {
@@ -186,8 +186,7 @@ void run_attention(const Params& base, const attention::AttentionShape& sh,
       p.part_o = part_o.data_ptr<float>();
       p.part_ml = reinterpret_cast<float2*>(part_ml.data_ptr<float>());
       // Zero before the launch and left zero by it: no memset (node).
-      p.counters = attention::decode_split_counters(
-          stream, sh.num_seqs * sh.num_kv_heads);
+      p.counters = cuda::split_counters(stream, sh.num_seqs * sh.num_kv_heads);
     }
     prepare_decode_split<T, D>();
     const dim3 grid(unsigned(sh.num_seqs), unsigned(sh.num_kv_heads),

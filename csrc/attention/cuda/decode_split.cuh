@@ -10,7 +10,7 @@
 // an fp32 partial (acc, m, l), counts itself on a per-(b, h) counter, and
 // the last to finish merges all splits in split order (deterministic),
 // writes out and stores the counter's 0 back (persistent counters, no
-// memset per call: decode_split_counters.h): one launch, no combine
+// memset per call: cuda/split_counters.h): one launch, no combine
 // kernel, no memset node.
 #pragma once
 
@@ -93,7 +93,7 @@ __device__ __forceinline__ int decode_merge_warps(
 // (__ldcg) and sums in split order, so the result does not depend on
 // which CTA came last. The last one also stores the counter's 0 back:
 // every split of (b, h) has counted by then, and the next launch that
-// uses the counter starts after this one ends (decode_split_counters.h).
+// uses the counter starts after this one ends (cuda/split_counters.h).
 template <typename T, int D>
 __device__ __forceinline__ void decode_combine_splits(const Params& p,
                                                       const M16Cta& c, int n) {

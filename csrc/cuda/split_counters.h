@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Split counters of the CUDA decode kernel's fused merge, without a memset
-// per call.
+// Counters for kernels that merge their own splits (split-K or split
+// sequence) in one launch, without a memset per call.
 //
-// The decode kernel counts its finished splits per (sequence, kv head) with
-// an atomic; the split that counts last merges them and stores 0 back. So a
-// counter is 0 again whenever a launch has ended, and the next launch that
-// uses it needs no memset (before: a memset node in front of every decode
-// kernel under CUDA graphs, a second link in batch 1's latency chain).
+// Such a kernel counts its finished splits per output tile with an atomic;
+// the split that counts last merges them and stores 0 back. So a counter is
+// 0 again whenever a launch has ended, and the next launch that uses it
+// needs no memset (before: a memset node in front of every such kernel under
+// CUDA graphs, a second link in batch 1's latency chain) and no second
+// kernel for the merge.
 //
 // That needs memory that (a) is zero before its first use, (b) lives as long
 // as any launch or captured graph may use it, (c) is never used by two
@@ -42,12 +43,13 @@
 #include <c10/cuda/CUDAException.h>
 #include <cuda_runtime_api.h>
 
-namespace vllm_myops {
-namespace attention {
+namespace vllm_myops::cuda {
 
-// At least `count` zeroed int counters for a decode launch on `stream` of
-// the current device, left zeroed by every launch that uses them.
-inline int* decode_split_counters(cudaStream_t stream, int64_t count) {
+// At least `count` zeroed int counters for a launch on `stream` of the
+// current device, left zeroed by every launch that uses them. Kernels of
+// different ops may share a region: launches on one stream (or in one
+// captured graph) run one after another, each leaving it zeroed.
+inline int* split_counters(cudaStream_t stream, int64_t count) {
   struct Region {
     int* ptr = nullptr;
     int64_t count = 0;
@@ -100,5 +102,4 @@ inline int* decode_split_counters(cudaStream_t stream, int64_t count) {
   return ptr;
 }
 
-}  // namespace attention
-}  // namespace vllm_myops
+}  // namespace vllm_myops::cuda

@@ -173,9 +173,7 @@ struct Consumer {
 };
 
 // Grid (token tile, column block, K-split), token tiles fastest: the blocks
-// that read the same weight tiles run together (all but one hit L2). Split
-// K: the last split of an output tile to finish merges them
-// (tile::merge_splits; p.counters one per (token tile, column block)).
+// that read the same weight tiles run together (all but one hit L2).
 // kZeros: p.zeros != nullptr (one build each, so the symmetric consumer has
 // no zero-point work or branch per k-tile).
 template <typename T, int kBN, bool kZeros>
@@ -237,10 +235,6 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads,
     consumer.run(acc);
   }
   tile::store_tile<T, kBN>(p, acc, tok0, n0, warp, lane);
-  if (p.splits > 1) {
-    tile::merge_splits<T, kBN>(p, tok0, nt0 * layout::kTileN, tid,
-                               32 * kConsumerWarps);
-  }
 }
 
 // ---- Host

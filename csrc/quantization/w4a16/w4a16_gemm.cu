@@ -49,7 +49,6 @@
 #include <cuda_fp16.h>
 
 #include "cuda/launch.cuh"
-#include "cuda/split_counters.h"
 #include "ops.h"
 #include "quantization/w4a16/cuda/w4a16_decode_common.cuh"
 #include "quantization/w4a16/cuda/w4a16_dequant.cuh"
@@ -316,8 +315,7 @@ bool wgmma_available(const w4a16::GemmShape& shape) {
 }
 
 // K splits by choose_wgmma_splits: only a grid under one wave is split, at
-// least one pipeline of k-tiles per split, the workspace kept small; the
-// kernel merges the splits (tile::merge_splits). The
+// least one pipeline of k-tiles per split, the workspace kept small. The
 // activation's tensor map needs a 16-byte aligned base and a row stride of a
 // multiple of 8 elements; other rows go through a copy that has them (M x K
 // elements, small beside W).
@@ -362,13 +360,8 @@ void run_wgmma_gemm(const at::Tensor& a, const at::Tensor& b_packed,
   // must accept; K rounded up to 8 is K itself unless a_in is the copy,
   // whose stride it is.
   if (shape.m == 1) l.args.a_stride = w4a16::ceil_div(shape.k, 8) * 8;
-  // Split K: the kernel merges its splits itself (one counter per output
-  // tile, zero before and after the launch): no second pass.
-  l.args.out = out.data_ptr();
-  if (l.args.splits > 1) {
-    l.args.counters = cuda::split_counters(stream, token_tiles * col_blocks);
-  }
   wg::launch(l.args, kHalf, stream);
+  if (l.args.splits > 1) reduce_splits<T>(l.args, out, stream);
 #else
   TORCH_CHECK(false,
               "w4a16_gemm: VLLM_MYOPS_W4A16_CUDA_PATH=wgmma_tma needs the "

@@ -634,7 +634,7 @@ def test_cuda_paths(path: str, tmp_path: Path) -> None:
     copy and the group rows by cp.async into mbarrier stages; strided or
     misaligned rows through an aligned copy) at every M. Only the paths
     "auto" can take are offered (docs/quantization/design.md: auto takes
-    wgmma_tma on Hopper from M = 17 to 1024). The default run
+    wgmma_tma on Hopper from M = 9 to 1024). The default run
     covers each path only in its own M range; these reruns hold every path
     to the same fp64 reference and tolerance at every M of the tests."""
     _skip_unless_runnable(path)

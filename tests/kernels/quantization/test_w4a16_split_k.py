@@ -1,15 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Split K on CUDA, whichever kernel `auto` (or VLLM_MYOPS_W4A16_CUDA_PATH)
 picks: the shapes here have few column blocks and many k-tiles, which the
-split plans split (the decode and tc kernels then reduce in a second
-kernel). The wgmma_tma kernel merges its splits itself: the split
-of an output tile that finishes last sums them, counted on a per-tile
-counter that each launch leaves at 0 (csrc/cuda/split_counters.h). What
-would break if a counter were left non-zero, or shared by two launches that
-run at once: the merge would happen early (a partial sum), twice, or never
-(out keeps whatever its memory held). So every call below gets new
-activations (a stale output from an earlier call is wrong), and the
-outputs are filled with NaN before each launch where the test owns them.
+split plans split. Each split writes an fp32 partial to a workspace of the
+call, and a second kernel on the same stream sums them. What would break if
+that workspace outlived its call's stream order (freed while the kernel
+still runs on another stream, or reused by the next call before the reduce
+read it), or if a kernel that merged its own splits left its per-tile
+counters non-zero (a design measured on 2026-12-07,
+docs/quantization/log/2026-12-07-wgmma-fused-split-merge.md): a partial sum,
+or an output never written. So every call below gets new activations (a
+stale output of an earlier call is wrong), and outputs the test owns are
+filled with NaN before each launch.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _weight(k: int, n: int, dtype: torch.dtype, device: str):
 
 @pytest.mark.parametrize("device", CUDA)
 def test_split_k_repeats_across_shapes(device: str) -> None:
-    """Calls of different shapes in turn, three rounds: each launch finds
-    the counters its tiles use at 0, whatever the previous launch's grid."""
+    """Calls of different shapes in turn, three rounds: no call's splits
+    depend on what the call before left behind (workspace, counters)."""
     seed_everything(21)
     weights = [_weight(k, n, torch.bfloat16, device) for _, k, n in SPLIT_CASES]
     bias = [torch.randn(n).to(torch.bfloat16).to(device) for _, _, n in SPLIT_CASES]
@@ -49,8 +50,9 @@ def test_split_k_repeats_across_shapes(device: str) -> None:
 
 @pytest.mark.parametrize("device", CUDA)
 def test_split_k_two_streams(device: str) -> None:
-    """Two streams run split launches at the same time: each stream has its
-    own counters, so neither sees the other's counts."""
+    """Two streams run split launches at the same time: neither sees the
+    other's partial sums (each call's workspace is its own, kept alive for
+    its stream)."""
     seed_everything(22)
     cases = SPLIT_CASES[:2]
     weights = [_weight(k, n, torch.float16, device) for _, k, n in cases]
@@ -72,8 +74,8 @@ def test_split_k_two_streams(device: str) -> None:
 @pytest.mark.parametrize("device", CUDA)
 def test_split_k_graph_replays(device: str) -> None:
     """A captured split launch replayed with new activations, eager split
-    calls of another shape on the same stream between replays: the graph's
-    launch leaves its counters at 0 for its next replay."""
+    calls of another shape on the same stream between replays: every replay
+    sums its own splits again (the graph's workspace is its own)."""
     seed_everything(23)
     m, k, n = SPLIT_CASES[0]
     qw = _weight(k, n, torch.bfloat16, device)

@@ -93,10 +93,6 @@ struct GemmArgs {
   const void* bias;    // [N] or nullptr
   void* out;           // [M, N] (splits == 1)
   float* workspace;    // [splits, M, N] fp32 (splits > 1)
-  // Kernels that merge their own splits (wgmma_tma): one counter per output
-  // tile, 0 between launches (cuda/split_counters.h); nullptr otherwise (the
-  // caller's second pass, splitk::w4a16_splitk_reduce_kernel, merges).
-  int* counters;
   int m, k, n;
   int group_size;  // rows per group (K for per-channel)
   int groups;

@@ -16,8 +16,7 @@
 //   no global load sits on a consumer's per-k-tile path; a lane reads the
 //   two rows of its fragment from there.
 // - Epilogue: accumulator (column n, token) -> out[token][n] + bias, rounded
-//   once; split K: this split's fp32 workspace slice, and the split that
-//   finishes last merges them (merge_splits).
+//   once, or this split's fp32 workspace slice (the caller reduces).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +25,6 @@
 #include <cuda_fp16.h>
 
 #include "cuda/dispatch_utils.cuh"
-#include "cuda/sm90_pipeline.cuh"
 #include "cuda/sm90_utils.cuh"
 #include "quantization/w4a16/cuda/w4a16_layout.cuh"
 #include "quantization/w4a16/cuda/w4a16_mma_common.cuh"
@@ -166,49 +164,6 @@ __device__ __forceinline__ void store_tile(
           out[idx] = cuda::from_float<T>(v + b);
         }
       }
-}
-
-// Split-K merged inside the launch (p.splits > 1, p.counters set): each
-// split has written its fp32 partial to its workspace slice (store_tile);
-// it counts itself on its output tile's counter, and the split that counts
-// last sums the tile's slices in split order (the sum the second pass,
-// splitk::w4a16_splitk_reduce_kernel, forms: the result does not depend on
-// which split came last), adds the bias, rounds once, stores out and leaves
-// the counter 0 for the next launch (cuda/split_counters.h). No second
-// kernel, no memset. The tile (kBN tokens from tok0, the block's columns
-// from col0) is read row by row, consecutive threads on consecutive columns
-// (coalesced; the slices are in L2, just written), so no accumulator stays
-// live past store_tile. The `threads` consumer threads (tid 0 .. threads -
-// 1) meet at named barrier kMergeBarrier; the producer has left.
-constexpr int kMergeBarrier = 1;
-
-template <typename T, int kBN>
-__device__ __forceinline__ void merge_splits(const GemmArgs& p, int tok0,
-                                             int col0, int tid, int threads) {
-  constexpr int kCols = GroupRows::kCols;  // the block's columns
-  __shared__ int last;
-  __threadfence();  // this thread's partial, before the block is counted
-  sm90::named_barrier_sync(kMergeBarrier, threads);
-  if (tid == 0) {
-    int* counter = p.counters + blockIdx.y * gridDim.x + blockIdx.x;
-    last = atomicAdd(counter, 1) == p.splits - 1;
-    if (last) *counter = 0;  // every split has counted
-  }
-  sm90::named_barrier_sync(kMergeBarrier, threads);
-  if (!last) return;
-  __threadfence();
-  const int64_t mn = static_cast<int64_t>(p.m) * p.n;
-  const T* bias = static_cast<const T*>(p.bias);
-  T* out = static_cast<T*>(p.out);
-  for (int e = tid; e < kBN * kCols; e += threads) {
-    const int tok = tok0 + e / kCols, n = col0 + e % kCols;
-    if (tok >= p.m || n >= p.n) continue;
-    const int64_t idx = static_cast<int64_t>(tok) * p.n + n;
-    float v = 0.f;
-    for (int z = 0; z < p.splits; ++z) v += __ldcg(p.workspace + z * mn + idx);
-    if (bias != nullptr) v += cuda::to_float(bias[n]);
-    out[idx] = cuda::from_float<T>(v);
-  }
 }
 
 // A k-tile's A fragments for warpgroup wg from its stage: `words` (its

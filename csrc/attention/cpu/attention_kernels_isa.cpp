@@ -32,10 +32,10 @@
 // as a polynomial with vscalefps (exact underflow to 0), p * V as 4 rows x 64
 // columns of fp32 accumulators in registers per pass over the tile (bf16 V
 // widened as even/odd halves of 32-bit pairs, one ALU op per 16 elements).
-// AVX2: the portable pieces below with 8-lane bodies for q . k (8 tokens,
-// one accumulator each, a transpose-add), the softmax (exp2 as a
-// polynomial) and p * V (a row's 64 columns in registers across the tile);
-// the portable build keeps the plain loops.
+// AVX2: the portable pieces (attention_portable.h) with 8-lane bodies for
+// q . k (8 tokens, one accumulator each, a transpose-add), the softmax (exp2
+// as a polynomial) and p * V (a row's 64 columns in registers across the
+// tile); the portable build keeps the plain loops.
 //
 // From DRAM the cache reads are not overlapped with the compute (a call
 // costs about the compute plus a plain read of the cache). Left out: AMX

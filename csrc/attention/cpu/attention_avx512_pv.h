@@ -7,24 +7,9 @@
 // cpu/isa.h); everything here has internal linkage.
 #pragma once
 
-#if !defined(CPU_CAPABILITY_AVX512)
-  #error "AVX-512 pieces: include from the AVX-512 build only"
-#endif
-
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
-
-#include <immintrin.h>
-
+// The AVX-512 build only: attention_avx512_qk.h checks it and brings the
+// includes.
 #include "attention/cpu/attention_avx512_qk.h"
-
-#include "attention/cpu/attention_tile.h"
 
 namespace vllm_myops::cpu {
 namespace {

@@ -6,23 +6,9 @@
 // cpu/isa.h); everything here has internal linkage.
 #pragma once
 
-#if !defined(CPU_CAPABILITY_AVX512)
-  #error "AVX-512 paths: include from the AVX-512 build only"
-#endif
-
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
-#include <vector>
-
-#include <immintrin.h>
-
+// The AVX-512 build only: w4a16_avx512_rows.h checks it and brings the
+// includes.
 #include "quantization/w4a16/cpu/w4a16_avx512_rows.h"
-#include "quantization/w4a16/cpu/w4a16_cpu_block.h"
 
 namespace vllm_myops::cpu {
 namespace {

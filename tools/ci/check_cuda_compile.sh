@@ -4,9 +4,9 @@
 # CUDA compile check for machines without a GPU (CI): compiles every
 # csrc/**/*.cu to an object file for each arch in CUDA_CHECK_ARCHS, with the
 # flags of the real build, against CUDA-enabled torch headers fetched once into
-# a cache. Fails on any compile error and on any kernel that spills registers
-# or needs a stack frame (both are silent performance bugs in a memory-bound
-# kernel). No linking, nothing runs on a GPU.
+# a cache. Fails on any compile error, on any kernel that spills registers
+# or needs a stack frame, and on ptxas serializing a kernel's wgmma (all
+# three are silent performance bugs). No linking, nothing runs on a GPU.
 #
 #   CUDA_CHECK_ARCHS   archs to compile for (default "80 90a"; e.g. "80 86 89 90a")
 #   VLLM_MYOPS_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/vllm-myops)
@@ -155,11 +155,20 @@ for src in "${sources[@]}"; do
     /bytes stack frame/ {
       if ($1 != 0 || $5 != 0 || $9 != 0) print "  " fn ": " $0
     }' "$ptxas_log")"
+  # ptxas "(C75xx) Potential Performance Loss: wgmma.mma_async instructions
+  # are serialized ...": every wgmma of the kernel waits for the previous one
+  # (e.g. a wgmma under a divergent branch). Silent, and it undoes the
+  # asynchronous mainloop, so it fails like a spill.
+  serial="$(grep 'wgmma.mma_async instructions are serialized' "$ptxas_log" || true)"
+  if [[ -n "$serial" ]]; then
+    bad="${bad:+$bad
+}$serial"
+  fi
   # Any other compiler warning output is shown, not fatal.
   grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' "$ptxas_log" || true
   log "  compiled in $((SECONDS - start)) s: $(grep -c 'Compiling entry function' "$ptxas_log") kernel builds"
   if [[ -n "$bad" ]]; then
-    echo "[cuda-check] $src (${src_archs[*]}): stack frame or register spills:" >&2
+    echo "[cuda-check] $src (${src_archs[*]}): stack frame, register spills or serialized wgmma:" >&2
     if command -v c++filt >/dev/null; then echo "$bad" | c++filt >&2; else echo "$bad" >&2; fi
     failed=1
   fi

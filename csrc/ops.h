@@ -30,6 +30,9 @@ void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual,
 at::Tensor w4a16_repack_cpu(const at::Tensor& qweight, int64_t size_k,
                             int64_t size_n);
 
+// a[:, perm] (act-order column gather), new contiguous [M, K].
+at::Tensor w4a16_permute_cols_cpu(const at::Tensor& a, const at::Tensor& perm);
+
 // (a @ dequant(b_packed)) + bias, fp32 accumulation, new [M, N] in a's dtype.
 at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
                           const at::Tensor& scales,
@@ -62,9 +65,11 @@ void fused_add_rms_norm_cuda(at::Tensor& input, at::Tensor& residual,
                              double epsilon);
 
 // ---- W4A16 GEMM (CUDA: csrc/quantization/w4a16/w4a16_gemm.cu,
-// w4a16_repack.cu) ----
+// w4a16_repack.cu, w4a16_permute_cols.cu) ----
 at::Tensor w4a16_repack_cuda(const at::Tensor& qweight, int64_t size_k,
                              int64_t size_n);
+
+at::Tensor w4a16_permute_cols_cuda(const at::Tensor& a, const at::Tensor& perm);
 
 at::Tensor w4a16_gemm_cuda(const at::Tensor& a, const at::Tensor& b_packed,
                            const at::Tensor& scales,

@@ -32,6 +32,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("w4a16_repack(Tensor qweight, int size_k, int size_n) -> Tensor");
   ops.impl("w4a16_repack", c10::kCPU, &w4a16_repack_cpu);
 
+  // Act-order (GPTQ desc_act): out[M, K] = a[:, perm], the activation's
+  // columns in the order of the repacked weight's rows. Per call, before
+  // w4a16_gemm.
+  ops.def("w4a16_permute_cols(Tensor a, Tensor perm) -> Tensor");
+  ops.impl("w4a16_permute_cols", c10::kCPU, &w4a16_permute_cols_cpu);
+
   // out[M, size_n] = a[M, size_k] @ ((q - zeros) * scales) + bias, fp32
   // accumulation; zeros=None is symmetric (zero code 8); group_size -1, 32,
   // 64 or 128 (the last group may be partial).
@@ -63,6 +69,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("rms_norm", c10::kCUDA, &rms_norm_cuda);
   ops.impl("fused_add_rms_norm", c10::kCUDA, &fused_add_rms_norm_cuda);
   ops.impl("w4a16_repack", c10::kCUDA, &w4a16_repack_cuda);
+  ops.impl("w4a16_permute_cols", c10::kCUDA, &w4a16_permute_cols_cuda);
   ops.impl("w4a16_gemm", c10::kCUDA, &w4a16_gemm_cuda);
   ops.impl("paged_kv_write", c10::kCUDA, &paged_kv_write_cuda);
   ops.impl("paged_attention", c10::kCUDA, &paged_attention_cuda);

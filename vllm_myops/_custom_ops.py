@@ -85,6 +85,19 @@ def w4a16_gemm(
     return _ops.w4a16_gemm(a, b_packed, scales, zeros, bias, size_k, size_n, group_size)
 
 
+def w4a16_permute_cols(a: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """New contiguous [M, K] = a[:, perm]: the act-order (GPTQ desc_act)
+    activation gather, perm int32 [K] the order of the repacked weight's rows
+    (reference.act_order_perm). Per call, before w4a16_gemm. On CUDA perm's
+    values are not checked (clamped to [0, K)); on the CPU a bad one raises."""
+    return _ops.w4a16_permute_cols(a, perm)
+
+
+@torch.library.register_fake("_myops_C::w4a16_permute_cols")
+def _w4a16_permute_cols_fake(a: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    return a.new_empty(a.shape)
+
+
 @torch.library.register_fake("_myops_C::w4a16_repack")
 def _w4a16_repack_fake(qweight: torch.Tensor, size_k: int, size_n: int) -> torch.Tensor:
     return qweight.new_empty(w4a16_packed_shape(size_k, size_n))

@@ -40,9 +40,9 @@ bytes/FLOP models and targets):
              (reference.act_order_perm, rows of the codes permuted,
              install_weights), call = linear_method.w4a16_apply (the
              activation column gather, then w4a16_gemm)
-    gather   that gather alone (x.index_select(1, w4a16_perm)), so its share
-             of ours is visible (its xours column); not checked (a torch
-             gather; ours' check covers it)
+    gather   that gather alone (w4a16_permute_cols(x, w4a16_perm)), so its share
+             of ours is visible (its xours column); not checked (ours'
+             check covers it)
     marlin   as vLLM 0.24's gptq_marlin: marlin_sort_g_idx, rows sorted
              (gptq_marlin_repack's perm), g_idx + g_idx_sort_indices,
              is_k_full=True; symmetric only (vLLM builds Marlin's act-order
@@ -307,7 +307,9 @@ class Ours(W4Impl):
     _linear_method: Any = None
 
     def load(self):
-        self.ops, note = load_our_kernels(self.device, ("w4a16_gemm", "w4a16_repack"))
+        self.ops, note = load_our_kernels(
+            self.device, ("w4a16_gemm", "w4a16_repack", "w4a16_permute_cols")
+        )
         return note
 
     def linear_method(self) -> Any:
@@ -382,10 +384,14 @@ class Gather(W4Impl):
     name = "gather"
     description = (
         "act-order cases: ours' activation column gather alone "
-        "(x.index_select(1, w4a16_perm), as linear_method.w4a16_apply runs it)"
+        "(w4a16_permute_cols(x, w4a16_perm), as linear_method.w4a16_apply runs it)"
     )
     is_anchor = False
-    checked = False  # a torch gather; ours' check covers it
+    checked = False  # ours' check covers it
+
+    def load(self):
+        self.ops, note = load_our_kernels(self.device, ("w4a16_permute_cols",))
+        return note
 
     def supports(self, case):
         if not is_act(case):
@@ -395,7 +401,7 @@ class Gather(W4Impl):
         return served_perm(case, s.a.device)
 
     def call(self, s, w, case):
-        return s.a.index_select(1, w)
+        return self.ops.w4a16_permute_cols(s.a, w)
 
 
 class Mm(W4Impl):

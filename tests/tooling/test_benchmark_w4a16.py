@@ -426,6 +426,7 @@ def test_ours_act_order_prepare_gives_every_set_its_own_layer() -> None:
 def test_gather_and_anchors_by_order() -> None:
     args = parse("--device", "cpu")
     gather = B.IMPL_CLASSES["gather"](args, torch.device("cpu"))
+    gather.load()  # as the harness does before make
     c = act_case(m=3, n=64, k=256, group=64)
     s = timing.alloc_sets(B.set_specs(c), 1, "cpu")[0]
     perm = B.served_perm(c, "cpu").long()

@@ -101,7 +101,7 @@ def w4a16_apply(
     size_k, size_n, group_size = layer.w4a16_shape
     x2 = x.reshape(-1, size_k)
     if layer.w4a16_perm is not None:
-        x2 = x2.index_select(1, layer.w4a16_perm)
+        x2 = _custom_ops.w4a16_permute_cols(x2, layer.w4a16_perm)
     out = _custom_ops.w4a16_gemm(
         x2,
         layer.w4a16_packed,

@@ -117,4 +117,22 @@ void check_repack_args(const at::Tensor& qweight, int64_t size_k,
   checks::check_contiguous(op, "qweight", qweight);
 }
 
+void check_permute_cols_args(const at::Tensor& a, const at::Tensor& perm) {
+  constexpr const char* op = "w4a16_permute_cols";
+  TORCH_CHECK(a.defined() && perm.defined(), op,
+              ": a and perm must be defined tensors");
+  checks::check_devices(op, {"a", &a}, {{"perm", &perm}}, a.device().type());
+  const auto dt = a.scalar_type();
+  TORCH_CHECK(dt == at::kHalf || dt == at::kBFloat16, op,
+              ": a must be float16 or bfloat16, got ", dt);
+  TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got a ", a.dim(),
+              "-D tensor of shape ", a.sizes());
+  TORCH_CHECK(perm.scalar_type() == at::kInt, op, ": perm must be int32, got ",
+              perm.scalar_type());
+  TORCH_CHECK(perm.dim() == 1 && perm.size(0) == a.size(1), op,
+              ": perm must have shape [K=", a.size(1), "] (a's columns), got ",
+              perm.sizes());
+  checks::check_contiguous(op, "perm", perm);
+}
+
 }  // namespace vllm_myops::w4a16

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Argument checks of the W4A16 ops (w4a16_gemm, w4a16_repack), shared by the
+// Argument checks of the W4A16 ops (w4a16_gemm, w4a16_repack,
+// w4a16_permute_cols), shared by the
 // CPU and CUDA entry points. Every check names the argument and what was
 // expected, so a bad call fails with a RuntimeError instead of a crash or a
 // silently wrong product.
@@ -45,5 +46,10 @@ at::Tensor unit_stride_rows(const at::Tensor& a);
 
 void check_repack_args(const at::Tensor& qweight, int64_t size_k,
                        int64_t size_n);
+
+// w4a16_permute_cols(a, perm): a fp16/bf16 [M, K] (any strides), perm int32
+// [K] contiguous on a's device. perm's values are not read on the host (a
+// device-to-host copy per call); the kernels clamp them to [0, K).
+void check_permute_cols_args(const at::Tensor& a, const at::Tensor& perm);
 
 }  // namespace vllm_myops::w4a16

@@ -34,7 +34,9 @@ class QuantWeight:
 
     def kernel_a(self, a: torch.Tensor) -> torch.Tensor:
         """a's columns in the kernel's row order (act-order gathers them)."""
-        return a if self.perm is None else a[:, self.perm.to(a.device).long()]
+        if self.perm is None:
+            return a
+        return ops.w4a16_permute_cols(a, self.perm.to(a.device))
 
     def gemm(self, a: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return ops.w4a16_gemm(

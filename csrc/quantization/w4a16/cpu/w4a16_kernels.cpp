@@ -355,3 +355,20 @@ at::Tensor w4a16_gemm_cpu(const at::Tensor& a, const at::Tensor& b_packed,
   }
   return out;
 }
+
+// The act-order column gather on the CPU: out[m, j] = a[m, perm[j]]. perm's
+// values are checked here (no device round trip on the CPU), so a bad one
+// fails naming perm instead of being clamped as on CUDA.
+at::Tensor w4a16_permute_cols_cpu(const at::Tensor& a, const at::Tensor& perm) {
+  using namespace vllm_myops;
+  w4a16::check_permute_cols_args(a, perm);
+  const int64_t k = a.size(1);
+  if (k > 0) {
+    const auto [lo, hi] = at::aminmax(perm);
+    const int64_t min_v = lo.item<int32_t>(), max_v = hi.item<int32_t>();
+    TORCH_CHECK(min_v >= 0 && max_v < k,
+                "w4a16_permute_cols: perm's values must be in [0, K=", k,
+                "), got values in [", min_v, ", ", max_v, "]");
+  }
+  return at::index_select(a, 1, perm).contiguous();
+}

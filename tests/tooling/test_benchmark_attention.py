@@ -15,6 +15,8 @@ import torch
 
 from benchmarks.common import cli, results, timing
 from benchmarks.kernels import benchmark_attention as B
+from benchmarks.kernels.attention import cases as attn_cases
+from benchmarks.kernels.attention import check as attn_check
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
@@ -150,12 +152,12 @@ def test_chunked_reference_is_sdpa_in_fp32(monkeypatch, kind, heads) -> None:
     # the same as one fp32 SDPA call; so does one chunk.
     c = case(kind=kind, heads=heads, batch=5, ctx=37 if kind == "decode" else 21)
     if kind == "mixed":  # a chunk shorter than the context
-        monkeypatch.setattr(B, "MIXED_CHUNK", 8)
+        monkeypatch.setattr(attn_cases, "MIXED_CHUNK", 8)
     s = timing.alloc_sets(B.set_specs(c), 1, "cpu")[0]
     expected = _sdpa_fp32(s, c)
     one, _ = B.reference(s, c)
     hkv, d = B.heads_of(c)[1:]
-    monkeypatch.setattr(B, "REF_CHUNK_BYTES", 3 * hkv * c["ctx"] * 2 * d * 4)
+    monkeypatch.setattr(attn_check, "REF_CHUNK_BYTES", 3 * hkv * c["ctx"] * 2 * d * 4)
     chunked, pv_abs = B.reference(s, c)
     torch.testing.assert_close(one, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(chunked, expected, rtol=1e-5, atol=1e-6)

@@ -47,6 +47,27 @@ def _vllm(module: str) -> Any:
         ) from None
 
 
+def _paged_varlen_args(s: Any, w: tuple[torch.Tensor, torch.Tensor], case: Any) -> dict:
+    """The arguments vLLM's varlen kernels (FlashAttention, Triton
+    unified_attention) share: q, paged k / v (block 16, NHD), out, the
+    case's sequence metadata, causal."""
+    meta = metadata(case, s.q.device)
+    k, v = w
+    return {
+        "q": s.q,
+        "k": k,
+        "v": v,
+        "out": s.out,
+        "cu_seqlens_q": meta["qsl"],
+        "max_seqlen_q": meta["max_q"],
+        "seqused_k": meta["seq_lens"],
+        "max_seqlen_k": meta["max_seq"],
+        "softmax_scale": meta["scale"],
+        "causal": True,
+        "block_table": meta["block_table"],
+    }
+
+
 def _need_cuda(device: torch.device) -> None:
     if device.type != "cuda":
         raise Unavailable("CUDA only")
@@ -221,21 +242,9 @@ class FlashAttn(AttnImpl):
         return paged_nhd(s, case)
 
     def call(self, s, w, case):
-        meta = metadata(case, s.q.device)
-        k, v = w
         self.varlen(
-            q=s.q,
-            k=k,
-            v=v,
-            out=s.out,
-            cu_seqlens_q=meta["qsl"],
-            max_seqlen_q=meta["max_q"],
-            seqused_k=meta["seq_lens"],
-            max_seqlen_k=meta["max_seq"],
-            softmax_scale=meta["scale"],
-            causal=True,
+            **_paged_varlen_args(s, w, case),
             window_size=[-1, -1],
-            block_table=meta["block_table"],
             fa_version=self.fa_version,
         )
         return s.out
@@ -261,21 +270,9 @@ class Triton(AttnImpl):
         return paged_nhd(s, case)
 
     def call(self, s, w, case):
-        meta = metadata(case, s.q.device)
-        k, v = w
         self.fn(
-            q=s.q,
-            k=k,
-            v=v,
-            out=s.out,
-            cu_seqlens_q=meta["qsl"],
-            max_seqlen_q=meta["max_q"],
-            seqused_k=meta["seq_lens"],
-            max_seqlen_k=meta["max_seq"],
-            softmax_scale=meta["scale"],
-            causal=True,
+            **_paged_varlen_args(s, w, case),
             window_size=(-1, -1),
-            block_table=meta["block_table"],
             softcap=0,
             q_descale=None,
             k_descale=None,

@@ -15,6 +15,13 @@ void check_sizes(const char* op, int64_t size_k, int64_t size_n) {
   TORCH_CHECK(size_n > 0, op, ": size_n must be > 0, got ", size_n);
 }
 
+// The activation dtypes of the W4A16 ops (the kernels' T).
+void check_activation_dtype(const char* op, const at::Tensor& a) {
+  const auto dt = a.scalar_type();
+  TORCH_CHECK(dt == at::kHalf || dt == at::kBFloat16, op,
+              ": a must be float16 or bfloat16, got ", dt);
+}
+
 // [groups, size_n], a's dtype and device, contiguous.
 void check_group_tensor(const char* op, const char* name, const at::Tensor& t,
                         const at::Tensor& a, int64_t groups, int64_t size_n,
@@ -48,9 +55,7 @@ GemmShape check_gemm_args(const at::Tensor& a, const at::Tensor& b_packed,
               op, ": group_size must be -1 (per channel), 32, 64 or 128, got ",
               group_size);
 
-  const auto dt = a.scalar_type();
-  TORCH_CHECK(dt == at::kHalf || dt == at::kBFloat16, op,
-              ": a must be float16 or bfloat16, got ", dt);
+  check_activation_dtype(op, a);
   TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, size_k], got a ", a.dim(),
               "-D tensor of shape ", a.sizes());
   TORCH_CHECK(a.size(1) == size_k, op, ": a must have size_k=", size_k,
@@ -122,9 +127,7 @@ void check_permute_cols_args(const at::Tensor& a, const at::Tensor& perm) {
   TORCH_CHECK(a.defined() && perm.defined(), op,
               ": a and perm must be defined tensors");
   checks::check_devices(op, {"a", &a}, {{"perm", &perm}}, a.device().type());
-  const auto dt = a.scalar_type();
-  TORCH_CHECK(dt == at::kHalf || dt == at::kBFloat16, op,
-              ": a must be float16 or bfloat16, got ", dt);
+  check_activation_dtype(op, a);
   TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got a ", a.dim(),
               "-D tensor of shape ", a.sizes());
   TORCH_CHECK(perm.scalar_type() == at::kInt, op, ": perm must be int32, got ",

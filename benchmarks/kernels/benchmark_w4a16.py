@@ -38,8 +38,9 @@ implementations, check, bytes/FLOP models and targets):
   g_idx is all zeros) and is left out of act. Per implementation:
     ours     exactly the served layer: load = linear_method's steps
              (reference.act_order_perm, rows of the codes permuted,
-             install_weights), call = linear_method.w4a16_apply (the
-             activation column gather, then w4a16_gemm)
+             w4a16_layer.install_weights), call = w4a16_layer.w4a16_apply
+             (the activation column gather, then w4a16_gemm; no vLLM
+             needed)
     gather   that gather alone (w4a16_permute_cols(x, w4a16_perm)), so its share
              of ours is visible (its xours column); not checked (ours'
              check covers it)

@@ -4,10 +4,9 @@ subclasses; vLLM's MPLinearKernel classes changed fields between 0.24 and
 0.32, so none are used).
 
 After process_weights_after_loading every layer holds the same tensors,
-whatever the source: ``w4a16_packed`` (w4a16_repack's layout), ``scales``
-[G, N] and ``zeros`` [G, N] (zero codes as floats; None = symmetric) in the
-activation dtype, and ``w4a16_perm`` [K] (act-order column gather; None
-without act-order). apply() is one w4a16_gemm with the bias fused.
+whatever the source (w4a16_layer.install_weights); apply() is
+w4a16_layer.w4a16_apply: the act-order column gather when there is one,
+then one w4a16_gemm with the bias fused.
 
 Tensor parallelism: vLLM's parallel linear layers hand each rank its shard
 (column-parallel: N split, K whole; row-parallel: K split, the partial
@@ -24,24 +23,12 @@ from typing import Any
 
 import torch
 
-from vllm_myops import _custom_ops, ops
-from vllm_myops.observability import counters
 from vllm_myops.quantization import reference, vllm_compat
 from vllm_myops.quantization.config import MyopsW4A16Config
 from vllm_myops.quantization.gptq_format import gptq_zeros
+from vllm_myops.quantization.w4a16_layer import install_weights, w4a16_apply
 
 _, _LinearMethodBase, _Unquantized = vllm_compat.linear_classes()
-SPEC = ops.op("w4a16_linear")
-_SLOT = counters.slot(SPEC.name, ops.PROVIDER)
-
-
-def _set(layer: torch.nn.Module, name: str, t: torch.Tensor | None) -> None:
-    if hasattr(layer, name):
-        delattr(layer, name)
-    if t is None:
-        setattr(layer, name, None)
-    else:
-        layer.register_parameter(name, torch.nn.Parameter(t, requires_grad=False))
 
 
 def tp_size_of(layer: torch.nn.Module, input_size: int, size_k: int) -> int:
@@ -72,49 +59,6 @@ def check_row_parallel_groups(
             f"rank, not a multiple of group_size {group_size}; use a group size "
             f"that divides {size_k}, or a tensor_parallel_size whose shard does"
         )
-
-
-def install_weights(
-    layer: torch.nn.Module,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor | None,
-    perm: torch.Tensor | None,
-    size_k: int,
-    size_n: int,
-    group_size: int,
-    act_dtype: torch.dtype,
-) -> None:
-    """Repacks GPTQ-packed ``qweight`` [ceil(K/8), N] (rows already in the
-    GEMM's order) and sets the tensors apply() reads."""
-    packed = _custom_ops.w4a16_repack(qweight.contiguous(), size_k, size_n)
-    _set(layer, "w4a16_packed", packed)
-    _set(layer, "scales", scales.to(act_dtype).contiguous())
-    _set(layer, "zeros", None if zeros is None else zeros.to(act_dtype).contiguous())
-    _set(layer, "w4a16_perm", perm)
-    layer.w4a16_shape = (size_k, size_n, group_size)
-
-
-def w4a16_apply(
-    layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    size_k, size_n, group_size = layer.w4a16_shape
-    x2 = x.reshape(-1, size_k)
-    if layer.w4a16_perm is not None:
-        x2 = _custom_ops.w4a16_permute_cols(x2, layer.w4a16_perm)
-    out = _custom_ops.w4a16_gemm(
-        x2,
-        layer.w4a16_packed,
-        layer.scales,
-        layer.zeros,
-        bias,
-        size_k,
-        size_n,
-        group_size,
-    )
-    if counters.ENABLED:
-        counters.tick(out, _SLOT)
-    return out.reshape(*x.shape[:-1], size_n)
 
 
 class MyopsW4A16OnlineLinearMethod(_LinearMethodBase):  # type: ignore[misc,valid-type]

@@ -2,19 +2,18 @@
 """The W4A16 GEMM benchmark's own implementations and their base class:
 W4Impl (an implementation whose weight lives in its own layout, the anchors'
 base too), the weight-bytes floor, ours (vllm_myops._custom_ops.w4a16_gemm on
-w4a16_repack's layout; act-order: the served layer, linear_method.w4a16_apply)
+w4a16_repack's layout; act-order: the served layer, w4a16_layer.w4a16_apply)
 and the act-order activation gather alone. Each is fn(set) -> out [M, N]."""
 
 from __future__ import annotations
 
 import copy
-import importlib
 from typing import Any
 
 import torch
 
 from benchmarks.common.impls import BytesPassFloor, ConvertingImpl, load_our_kernels
-from benchmarks.common.sweep import Unavailable, short_error
+from benchmarks.common.sweep import Unavailable
 from benchmarks.kernels.w4a16.cases import is_act, served_perm, set_zeros
 from vllm_myops.quantization import reference as R
 
@@ -46,10 +45,9 @@ class Ours(W4Impl):
     name = "ours"
     description = (
         "vllm_myops._custom_ops.w4a16_gemm on w4a16_repack's layout "
-        "(act-order: the served layer, linear_method.w4a16_apply)"
+        "(act-order: the served layer, w4a16_layer.w4a16_apply)"
     )
     is_anchor = False
-    _linear_method: Any = None
 
     def load(self):
         self.ops, note = load_our_kernels(
@@ -57,24 +55,14 @@ class Ours(W4Impl):
         )
         return note
 
-    def linear_method(self) -> Any:
-        """vllm_myops.quantization.linear_method (it imports vLLM's linear
-        layer classes), or Unavailable."""
-        if self._linear_method is None:
-            try:
-                self._linear_method = importlib.import_module(
-                    "vllm_myops.quantization.linear_method"
-                )
-            except Exception as e:  # noqa: BLE001
-                raise Unavailable(
-                    "act-order runs the served layer (vllm_myops.quantization."
-                    f"linear_method, which needs vLLM): {short_error(e, 160)}"
-                ) from e
-        return self._linear_method
+    @staticmethod
+    def layer() -> Any:
+        """vllm_myops.quantization.w4a16_layer: what a served layer installs
+        and runs per call (no vLLM needed; imported when first used, after
+        load() has chosen the kernels)."""
+        from vllm_myops.quantization import w4a16_layer
 
-    def supports(self, case):
-        if is_act(case):
-            self.linear_method()
+        return w4a16_layer
 
     def convert(self, s, case):
         k, n, group = case["k"], case["n"], case["group"]
@@ -86,7 +74,7 @@ class Ours(W4Impl):
         perm = served_perm(case, s.qweight.device)
         codes = R.unpack_int4(s.qweight, 0, k)
         layer = torch.nn.Module()
-        self.linear_method().install_weights(
+        self.layer().install_weights(
             layer,
             R.pack_int4(codes[perm.long()], 0),
             s.scales,
@@ -103,7 +91,7 @@ class Ours(W4Impl):
         if is_act(case):
             # What the served layer runs per call: the activation's columns
             # gathered by w4a16_perm, then w4a16_gemm.
-            return self.linear_method().w4a16_apply(w, s.a, None)
+            return self.layer().w4a16_apply(w, s.a, None)
         return self.ops.w4a16_gemm(
             s.a, w, s.scales, set_zeros(s), None, case["k"], case["n"], case["group"]
         )
@@ -129,7 +117,7 @@ class Gather(W4Impl):
     name = "gather"
     description = (
         "act-order cases: ours' activation column gather alone "
-        "(w4a16_permute_cols(x, w4a16_perm), as linear_method.w4a16_apply runs it)"
+        "(w4a16_permute_cols(x, w4a16_perm), as w4a16_layer.w4a16_apply runs it)"
     )
     is_anchor = False
     checked = False  # ours' check covers it

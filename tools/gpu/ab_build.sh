@@ -20,6 +20,9 @@
 #                                                # tree and round, NAME_ROUND.json, and bench.log;
 #                                                # rewritten after each run); AB_TREE_TIMEOUT_S per run;
 #                                                # AB_ONLY=name,..: only those trees (base, tree, NAME)
+#   here:  python -m benchmarks.common.ab_table ab.tar.gz [--impl ours] [--ref tree]
+#                                                # the Markdown table: medians per tree and round,
+#                                                # ratios against the reference tree
 #
 # Each tree runs its own benchmark harness (the base from its checkout), so the
 # base needs no code from this tree; the results share one JSON schema.

@@ -22,7 +22,8 @@
 #                                                # AB_ONLY=name,..: only those trees (base, tree, NAME)
 #   here:  python -m benchmarks.common.ab_table ab.tar.gz [--impl ours] [--ref tree]
 #                                                # the Markdown table: medians per tree and round,
-#                                                # ratios against the reference tree
+#                                                # ratios against the reference tree (bench also
+#                                                # prints it, for each impl of AB_TABLE_IMPLS)
 #
 # Each tree runs its own benchmark harness (the base from its checkout), so the
 # base needs no code from this tree; the results share one JSON schema.
@@ -132,6 +133,13 @@ case "${1:-}" in
       done
     done
     echo "ab bench: $rounds rounds of ${trees[*]%%:*} -> ab.tar.gz"
+    # The A/B tables in the call's output (AB_TABLE_IMPLS, default ours),
+    # against `tree` when it ran, else the first tree.
+    ref=${trees[0]%%:*}
+    for t in "${trees[@]}"; do [[ ${t%%:*} == tree ]] && ref=tree; done
+    for impl in ${AB_TABLE_IMPLS:-ours}; do
+      "$PY" -m benchmarks.common.ab_table "$OUT/ab.tar.gz" --impl "$impl" --ref "$ref" || true
+    done
     ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -8,9 +8,9 @@ Markdown table for the family's log.
   python -m benchmarks.common.ab_table ab.tar.gz --impl gather --ref pdlx
 
 The input holds NAME_ROUND.json files (each a benchmark's saved results,
-schema vllm-myops-bench/1). A case is a record's fields before `bytes` (the
-benchmark's case columns: op, dtype, shape, ...), so any benchmark's runs
-compare without knowing it. The ratio is the median of a tree's round
+schema vllm-myops-bench/1). A case is named by the fields the file declares
+(history.case_fields: config.key_fields), so any benchmark's runs compare
+without knowing it. The ratio is the median of a tree's round
 medians over the reference's; a case a tree did not time shows `-`.
 """
 
@@ -26,6 +26,8 @@ import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common.history import case_fields
 
 _NAME = re.compile(r"(?:^|/)([A-Za-z0-9_.-]+?)_(\d+)\.json$")
 
@@ -46,16 +48,6 @@ def _documents(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
                 yield m.group(1), int(m.group(2)), json.load(io.TextIOWrapper(f))
 
 
-def case_key(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The record's case: its fields before `bytes`, in order."""
-    key = []
-    for name, value in record.items():
-        if name == "bytes":
-            break
-        key.append((name, value))
-    return tuple(key)
-
-
 def collect(
     path: Path, impl: str
 ) -> tuple[list[str], dict[tuple[tuple[str, Any], ...], dict[str, list[float]]]]:
@@ -65,13 +57,16 @@ def collect(
     for tree, _round, doc in sorted(_documents(path), key=lambda d: (d[1], d[0])):
         if tree not in trees:
             trees.append(tree)
-        for r in doc.get("records", []):
+        records = doc.get("records", [])
+        fields = case_fields(doc, records)
+        for r in records:
             if r.get("impl") != impl or r.get("status") != "ok":
                 continue
             median = r.get("median_us")
             if median is None:
                 continue
-            cases.setdefault(case_key(r), {}).setdefault(tree, []).append(float(median))
+            key = tuple((f, r.get(f)) for f in fields)
+            cases.setdefault(key, {}).setdefault(tree, []).append(float(median))
     return trees, cases
 
 
@@ -102,7 +97,7 @@ def table(path: Path, impl: str = "ours", ref: str = "tree") -> str:
     ]
     out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, by_tree in cases.items():
-        row = [str(key[i][1]) for i in varying if i < len(key)]
+        row = [str(key[i][1]) for i in varying]
         for t in [ref, *others]:
             row.append(" / ".join(f"{v:.2f}" for v in by_tree.get(t, [])) or "-")
         base = by_tree.get(ref)

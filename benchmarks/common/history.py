@@ -160,7 +160,9 @@ def _family(doc: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
     return "attention" if ops else "?"
 
 
-def _case_fields(doc: dict[str, Any], records: Sequence[dict[str, Any]]) -> list[str]:
+def case_fields(doc: dict[str, Any], records: Sequence[dict[str, Any]]) -> list[str]:
+    """The fields that name a case: the file's config.key_fields (less impl
+    and method), else the CASE_FIELDS its records have."""
     kf = (doc.get("config") or {}).get("key_fields")
     if kf:
         return [f for f in kf if f not in ("impl", "method")]
@@ -177,12 +179,12 @@ def rows_from_doc(doc: dict[str, Any]) -> list[dict[str, str]]:
     recs = doc.get("records")
     rows: list[dict[str, str]]
     if schema == "vllm-myops-bench/1" and isinstance(recs, list):
-        rows = _bench_rows(recs, _case_fields(doc, recs))
+        rows = _bench_rows(recs, case_fields(doc, recs))
         fam = _family(doc, recs)
     elif isinstance(recs, dict) and "configs" in doc:
         # Layout sweep: one build, several run-time layouts, records per layout.
         flat = [r for v in recs.values() for r in v]
-        fields = _case_fields(doc, flat)
+        fields = case_fields(doc, flat)
         rows = []
         for cfg in doc["configs"]:
             rows += _bench_rows(recs.get(str(cfg), []), fields, f"cfg={cfg}")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """benchmarks.common.ab_table: the A/B table of an ab_build.sh bench run,
-from its tarball or folder: cases by the records' fields before `bytes`,
+from its tarball or folder: cases by the files' declared case fields,
 medians per tree and round, ratios against the reference tree; missing
 cases shown as such; a missing reference or impl refused."""
 
@@ -30,7 +30,11 @@ def _record(m: int, impl: str, median: float, status: str = "ok") -> dict:
 
 
 def _write(folder: Path, name: str, records: list[dict]) -> None:
-    doc = {"schema": "vllm-myops-bench/1", "records": records}
+    doc = {
+        "schema": "vllm-myops-bench/1",
+        "config": {"key_fields": ["op", "dtype", "n", "k", "m", "impl", "method"]},
+        "records": records,
+    }
     (folder / f"{name}.json").write_text(json.dumps(doc))
 
 

@@ -78,13 +78,13 @@ def table(path: Path, impl: str = "ours", ref: str = "tree") -> str:
         raise ValueError(f"{path}: no tree {ref!r} (trees: {', '.join(trees)})")
     others = [t for t in trees if t != ref]
     # Columns that vary between cases; the constant ones go to the title.
-    names = [n for n, _ in next(iter(cases))]
+    first = next(iter(cases))
+    names = [n for n, _ in first]
     varying = [
         i
         for i, _ in enumerate(names)
         if len({k[i][1] for k in cases if i < len(k)}) > 1
     ]
-    first = next(iter(cases))
     fixed = ", ".join(
         f"{first[i][0]} {first[i][1]}" for i in range(len(first)) if i not in varying
     )
